@@ -1,0 +1,299 @@
+"""Jobs -> objects -> library: compile each TU in its own nvcc process inside the entry's
+toolchain container, under the memory-aware scheduler, then link the library and the
+test binary.
+
+Objects are cached by a key over everything that determines them (source text, flags,
+archs, image, upstream pin, stand-in headers), so a second build recompiles only what
+changed. Per-TU wall time and peak RSS (GNU time, which sees nvcc's children) are kept
+in build/tu-stats.json and become the estimates of the next build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .container import ToolchainContainer
+from .errors import CompileError
+from .generate import registry_text
+from .images import ToolchainImage
+from .plan import EntryPlan, KernelTU
+from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
+from .sources import FetchedSource
+
+LIBRARY = "libflash_attn_standalone"
+STATS_FILE = "tu-stats.json"
+API_SOURCE = Path("src/flash_api.cu")
+COMPAT_SOURCE = Path("src/glibc_compat.c")
+TEST_SOURCE = Path("src/test_varlen_inference.cpp")
+HEADER = Path("src/include/flash_attn_standalone.h")
+EXPORTS = Path("src/exports.map")
+STANDINS = Path("src/standins")
+LOG_TAIL_LINES = 40
+HOST_TUS = 2  # flash_api and glibc_compat
+
+
+def read_version(repo_root: Path) -> tuple[int, int, int]:
+    text = (repo_root / "VERSION").read_text().strip()
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise CompileError(f"VERSION holds '{text}', not MAJOR.MINOR.PATCH", fix="write e.g. 0.1.0 into VERSION")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def gencode_flags(archs) -> list[str]:
+    flags = []
+    for arch in archs:
+        number = arch.removeprefix("sm_")
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+    return flags
+
+
+@dataclass
+class TUResult:
+    name: str
+    kind: str  # "kernel" or "host"
+    object_path: Path
+    cached: bool
+    ok: bool = True
+    wall_s: float | None = None
+    peak_rss_kb: int | None = None
+    log_path: Path | None = None
+
+
+@dataclass
+class EntryBuild:
+    """What one matrix entry produced: the inputs export and verify need."""
+
+    plan: EntryPlan
+    image: ToolchainImage
+    version: tuple[int, int, int]
+    library: Path  # the real file, lib/libflash_attn_standalone.so.X.Y.Z
+    test_binary: Path
+    header: Path
+    kernel_objects: dict  # KernelTU.name -> Path
+    tu_results: list = field(default_factory=list)
+    compile_flags: list = field(default_factory=list)
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.library.parent
+
+
+class EntryCompiler:
+    def __init__(self, repo_root: Path, build_root: Path, matrix_name: str, plan: EntryPlan,
+                 image: ToolchainImage, source: FetchedSource, container: ToolchainContainer):
+        self.repo_root = repo_root.resolve()
+        self.plan = plan
+        self.image = image
+        self.source = source
+        self.container = container
+        self.version = read_version(self.repo_root)
+        self.build_root = build_root.resolve()
+        # Objects are content-addressed by their key, so entries that share a TU share it.
+        self.object_dir = self.build_root / "objects"
+        self.log_dir = self.build_root / "logs" / plan.name
+        self.out_dir = self.build_root / matrix_name / plan.name
+        self.stats_path = self.build_root / STATS_FILE
+
+    # -- flags and keys -------------------------------------------------------------------
+    def common_flags(self) -> list[str]:
+        return [
+            *self.plan.entry.flags,
+            *gencode_flags(self.plan.entry.archs),
+            "-Xcompiler=-fPIC,-fvisibility=hidden",
+            f"-I{self.repo_root / 'src/include'}",
+            f"-I{self.repo_root / STANDINS}",
+            f"-I{self.source.kernels_dir.resolve()}",
+            f"-I{self.source.cutlass_include.resolve()}",
+        ]
+
+    def api_flags(self, registry: Path) -> list[str]:
+        major, minor, patch = self.version
+        return [
+            f"-I{registry.parent}",
+            f"-DFAS_VERSION_MAJOR={major}",
+            f"-DFAS_VERSION_MINOR={minor}",
+            f"-DFAS_VERSION_PATCH={patch}",
+        ] + (["-DFAS_BUILT_SM80=1"] if "sm_80" in self.plan.entry.archs else [])
+
+    def _standins_digest(self) -> str:
+        h = hashlib.sha256()
+        for path in sorted((self.repo_root / STANDINS).rglob("*")):
+            if path.is_file():
+                h.update(str(path.relative_to(self.repo_root)).encode())
+                h.update(path.read_bytes())
+        return h.hexdigest()
+
+    def _key(self, source_text: str, extra: str = "") -> str:
+        h = hashlib.sha256()
+        for part in (source_text, json.dumps(self.common_flags()), self.image.image_id,
+                     self.source.pin.sha256, self._standins_digest(), extra):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    # -- one TU ---------------------------------------------------------------------------
+    def _compile(self, name: str, kind: str, source: Path, key: str, extra_flags=(), flags=None) -> TUResult:
+        obj = self.object_dir / f"{name}-{key[:16]}.o"
+        if obj.is_file():
+            return TUResult(name, kind, obj, cached=True)
+        self.object_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        time_path = self.log_dir / f"{name}.time"
+        time_path.unlink(missing_ok=True)
+        partial = obj.with_suffix(".o.partial")
+        argv = ["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
+                "nvcc", "-c", *(self.common_flags() if flags is None else flags), *extra_flags,
+                "-o", str(partial), str(source)]
+        started = time.monotonic()
+        result = self.container.exec(argv, log_path=log_path)
+        wall = time.monotonic() - started
+        peak_kb = None
+        if time_path.is_file():
+            fields = time_path.read_text().split()
+            if len(fields) >= 2 and fields[-1].isdigit():
+                peak_kb = int(fields[-1])
+        if result.exit_code != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            return TUResult(name, kind, obj, cached=False, ok=False, wall_s=wall, peak_rss_kb=peak_kb,
+                            log_path=log_path)
+        os.replace(partial, obj)  # an interrupted nvcc never leaves a cache hit behind
+        return TUResult(name, kind, obj, cached=False, wall_s=wall, peak_rss_kb=peak_kb, log_path=log_path)
+
+    def _kernel_job(self, tu: KernelTU) -> TUResult:
+        source = self.repo_root / tu.source
+        if not source.is_file():
+            raise CompileError(f"{tu.source} is missing", fix="run `invoke generate` to write kernels/")
+        return self._compile(tu.name, "kernel", source, self._key(source.read_text()))
+
+    def _api_job(self, registry: Path) -> TUResult:
+        source = self.repo_root / API_SOURCE
+        flags = self.api_flags(registry)
+        extra = registry.read_text() + json.dumps(flags) + (self.repo_root / HEADER).read_text()
+        return self._compile("flash_api", "host", source, self._key(source.read_text(), extra), extra_flags=flags)
+
+    def _compat_job(self) -> TUResult:
+        source = self.repo_root / COMPAT_SOURCE
+        flags = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
+        return self._compile("glibc_compat", "host", source, self._key(source.read_text(), json.dumps(flags)),
+                             flags=flags)
+
+    # -- the entry ------------------------------------------------------------------------
+    def load_recorded_peaks(self) -> dict:
+        try:
+            stats = json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {k: v["peak_rss_kb"] * 1024 for k, v in stats.items() if v.get("peak_rss_kb")}
+
+    def _record(self, results: list[TUResult]) -> None:
+        try:
+            stats = json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            stats = {}
+        for r in results:
+            if not r.cached and r.peak_rss_kb:
+                stats[f"{self.plan.name}/{r.name}"] = {"peak_rss_kb": r.peak_rss_kb, "wall_s": round(r.wall_s, 1)}
+        self.stats_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.stats_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.stats_path)
+
+    def jobs(self, registry: Path) -> list[Job]:
+        peaks = self.load_recorded_peaks()
+        jobs = []
+        for tu in self.plan.kernels:
+            estimate, _ = self.plan.estimate_bytes(tu, peaks)
+            jobs.append(Job(tu.name, estimate, ("kernel", tu)))
+        host_estimate = peaks.get(f"{self.plan.name}/flash_api",
+                                  int(self.plan.entry.memory_estimates_gb["host"] * 1024**3))
+        jobs.append(Job("flash_api", host_estimate, ("host", registry)))
+        jobs.append(Job("glibc_compat", host_estimate, ("compat", None)))
+        return jobs
+
+    def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
+        gen_dir = self.out_dir / "gen"
+        gen_dir.mkdir(parents=True, exist_ok=True)
+        registry = gen_dir / "kernel_registry.inc"
+        registry.write_text(registry_text(self.plan.kernels))
+
+        def runner(job: Job) -> tuple[bool, TUResult]:
+            kind, payload = job.payload
+            if kind == "kernel":
+                result = self._kernel_job(payload)
+            elif kind == "host":
+                result = self._api_job(payload)
+            else:
+                result = self._compat_job()
+            return result.ok, result
+
+        outcomes: list[Outcome] = run_jobs(self.jobs(registry), runner, budget, events)
+        results = [o.result for o in outcomes if isinstance(o.result, TUResult)]
+        self._record(results)
+        for outcome in outcomes:
+            if not outcome.ok:
+                if isinstance(outcome.result, TUResult) and outcome.result.log_path:
+                    log = outcome.result.log_path
+                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+                    raise CompileError(
+                        f"TU {outcome.job.name} failed to compile (entry {self.plan.name}); last lines of {log}:\n{tail}",
+                        fix=f"read the whole log: {log}",
+                    )
+                raise CompileError(f"TU {outcome.job.name} failed: {outcome.result!r}")
+        if len(results) != len(self.plan.kernels) + HOST_TUS:
+            raise CompileError(f"entry {self.plan.name}: the build stopped before every TU was compiled")
+        return results
+
+    def link(self, results: list[TUResult]) -> EntryBuild:
+        major, minor, patch = self.version
+        lib_dir = self.out_dir / "lib"
+        bin_dir = self.out_dir / "bin"
+        lib_dir.mkdir(parents=True, exist_ok=True)
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        real = f"{LIBRARY}.so.{major}.{minor}.{patch}"
+        soname = f"{LIBRARY}.so.{major}"
+        library = lib_dir / real
+        objects = [str(r.object_path) for r in sorted(results, key=lambda r: r.name)]
+        # cudart and the C++ runtime are linked statically so the library runs on hosts
+        # with an older libstdc++ and no CUDA toolkit; only the C API is exported.
+        link = ["nvcc", "-shared", *gencode_flags(self.plan.entry.archs), "--cudart=static",
+                "-Xcompiler=-static-libstdc++,-static-libgcc",
+                f"-Xlinker=-soname,{soname}",
+                f"-Xlinker=--version-script={self.repo_root / EXPORTS}",
+                "-Xlinker=--no-undefined", "-Xlinker=-z,noexecstack",
+                "-o", str(library), *objects]
+        self._run_checked(link, "link", f"linking {real}")
+        for alias, target in ((soname, real), (f"{LIBRARY}.so", soname)):
+            path = lib_dir / alias
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            path.symlink_to(target)
+        test_binary = bin_dir / "test_varlen_inference"
+        compat_object = next(r.object_path for r in results if r.name == "glibc_compat")
+        build_test = ["nvcc", "-O2", "-std=c++17", "--cudart=static",
+                      f"-I{self.repo_root / 'src/include'}",
+                      "-Xcompiler=-pthread,-static-libstdc++,-static-libgcc",
+                      "-Xlinker=-rpath,$ORIGIN/../lib", "-Xlinker=--no-undefined",
+                      "-o", str(test_binary), str(self.repo_root / TEST_SOURCE), str(compat_object),
+                      f"-L{lib_dir}", f"-l:{soname}"]
+        self._run_checked(build_test, "test_varlen_inference", "building test_varlen_inference")
+        return EntryBuild(
+            plan=self.plan, image=self.image, version=self.version, library=library,
+            test_binary=test_binary, header=self.repo_root / HEADER,
+            kernel_objects={r.name: r.object_path for r in results if r.kind == "kernel"},
+            tu_results=results, compile_flags=self.common_flags(),
+        )
+
+    def _run_checked(self, argv: list[str], log_name: str, what: str) -> None:
+        log = self.log_dir / f"{log_name}.log"
+        result = self.container.exec(argv, log_path=log)
+        if result.exit_code != 0:
+            tail = "\n".join(result.output.splitlines()[-LOG_TAIL_LINES:])
+            raise CompileError(f"{what} failed (entry {self.plan.name}):\n$ {shlex.join(argv)}\n{tail}",
+                               fix=f"read the whole log: {log}")

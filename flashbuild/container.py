@@ -1,0 +1,101 @@
+"""One class owns a toolchain container's whole lifetime, as a context manager.
+
+The repository is bind-mounted at its own absolute path, so paths in logs, objects and
+error messages mean the same thing inside and outside. Commands run as the calling
+user, so everything written under build/ belongs to them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EnvironmentProblem, FlashBuildError
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    output: str
+
+
+def docker_client():
+    """A connected Docker SDK client, or an error saying how to get an engine running."""
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise EnvironmentProblem(
+            f"no Docker engine is reachable ({exc.__class__.__name__})",
+            fix="run `invoke setup` (as root on Debian it installs and starts one), "
+            "or start dockerd yourself and check DOCKER_HOST",
+        ) from None
+
+
+class ToolchainContainer:
+    def __init__(self, client, image: str, repo_root: Path, name_hint: str, mem_limit_bytes: int | None = None,
+                 extra_mounts: list[Path] | None = None):
+        self.client = client
+        self.image = image
+        self.repo_root = repo_root.resolve()
+        self.name = f"flashbuild-{name_hint}-{uuid.uuid4().hex[:8]}"
+        self.mem_limit_bytes = mem_limit_bytes
+        self.extra_mounts = [p.resolve() for p in extra_mounts or [] if not p.resolve().is_relative_to(self.repo_root)]
+        self._container = None
+
+    def __enter__(self) -> "ToolchainContainer":
+        from docker.errors import DockerException
+
+        kwargs = dict(
+            image=self.image,
+            command=["sleep", "infinity"],
+            name=self.name,
+            detach=True,
+            init=True,
+            network_mode="none",  # compiling needs no network; nothing may leak in or out
+            volumes={str(self.repo_root): {"bind": str(self.repo_root), "mode": "rw"},
+                     **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts}},
+            working_dir=str(self.repo_root),
+            environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
+            user=f"{os.getuid()}:{os.getgid()}",
+        )
+        if self.mem_limit_bytes:
+            kwargs["mem_limit"] = self.mem_limit_bytes
+        try:
+            self._container = self.client.containers.run(**kwargs)
+        except DockerException as exc:
+            raise FlashBuildError(f"cannot start container from {self.image}: {exc}") from None
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._container is not None:
+            try:
+                self._container.remove(force=True)
+            except Exception:  # the build's own error matters more than a failed cleanup
+                pass
+            self._container = None
+
+    def exec(self, argv: list[str], log_path: Path | None = None) -> ExecResult:
+        """Run argv inside the container. With log_path, output goes to that file (so it
+        survives a failure and can be shown later) and is also returned."""
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            command = f"{shlex.join(argv)} > {shlex.quote(str(log_path))} 2>&1"
+            code, _ = self._container.exec_run(["sh", "-c", command], workdir=str(self.repo_root))
+            output = log_path.read_text(errors="replace") if log_path.exists() else ""
+            return ExecResult(code, output)
+        code, output = self._container.exec_run(argv, workdir=str(self.repo_root))
+        return ExecResult(code, output.decode("utf-8", "replace"))
+
+    def check(self, argv: list[str]) -> str:
+        result = self.exec(argv)
+        if result.exit_code != 0:
+            raise FlashBuildError(f"`{shlex.join(argv)}` failed in {self.image}:\n{result.output[-2000:]}")
+        return result.output

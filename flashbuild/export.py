@@ -1,0 +1,113 @@
+"""Verified library -> versioned artifact: artifacts/<version>/<entry>/ with lib/, include/,
+bin/, manifest.json and SHA256SUMS, plus a tarball beside it.
+
+Everything is assembled in a hidden staging folder and renamed into place only when
+complete, so an interrupted or failed build never leaves a complete-looking artifact.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .errors import ExportError
+
+PRODUCT = "flash_attn_standalone"
+MANIFEST_SCHEMA = 1
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def version_string(version: tuple[int, int, int]) -> str:
+    return ".".join(map(str, version))
+
+
+def tarball_name(version: str, entry: str) -> str:
+    return f"{PRODUCT}-{version}-{entry}.tar.gz"
+
+
+def _populate(staging: Path, library: Path, header: Path, test_binary: Path) -> None:
+    lib = staging / "lib"
+    lib.mkdir(parents=True)
+    shutil.copy2(library, lib / library.name)
+    # SONAME and development symlinks, relative so the folder can be moved anywhere.
+    real = library.name
+    soname = real.rsplit(".", 2)[0]  # libX.so.MAJOR from libX.so.MAJOR.MINOR.PATCH
+    (lib / soname).symlink_to(real)
+    (lib / soname.rsplit(".", 1)[0]).symlink_to(soname)
+    (staging / "include").mkdir()
+    shutil.copy2(header, staging / "include" / header.name)
+    (staging / "bin").mkdir()
+    shutil.copy2(test_binary, staging / "bin" / test_binary.name)
+
+
+def _file_hashes(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): _sha256(path)
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+
+
+def export_artifact(artifacts_root: Path, version: str, entry: str, library: Path, header: Path,
+                    test_binary: Path, manifest: dict) -> tuple[Path, Path]:
+    """Write artifacts/<version>/<entry>/ and its tarball atomically. Returns both paths."""
+    version_dir = artifacts_root / version
+    final_dir = version_dir / entry
+    tarball = version_dir / tarball_name(version, entry)
+    top = f"{PRODUCT}-{version}-{entry}"
+    try:
+        version_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{entry}-", dir=version_dir))
+    except OSError as exc:
+        raise ExportError(f"cannot create {version_dir}: {exc.strerror}") from None
+    tmp_tarball = version_dir / f".{tarball.name}.partial"
+    try:
+        staging.chmod(0o755)  # mkdtemp makes it private; the artifact is for others to read
+        _populate(staging, library, header, test_binary)
+        files = _file_hashes(staging)
+        manifest = {**manifest, "manifest_schema": MANIFEST_SCHEMA, "product": PRODUCT, "version": version,
+                    "entry": entry, "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                        timespec="seconds"), "files": files}
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        sums = _file_hashes(staging)
+        (staging / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))
+        with tarfile.open(tmp_tarball, "w:gz") as tar:
+            tar.add(staging, arcname=top)
+        # Swap into place: the old artifact (if any) goes only after the new one is whole.
+        previous = None
+        if final_dir.exists():
+            previous = version_dir / f".old-{entry}-{os.getpid()}"
+            os.replace(final_dir, previous)
+        os.replace(staging, final_dir)
+        os.replace(tmp_tarball, tarball)
+        (version_dir / f"{tarball.name}.sha256").write_text(f"{_sha256(tarball)}  {tarball.name}\n")
+        if previous:
+            shutil.rmtree(previous, ignore_errors=True)
+    except OSError as exc:
+        raise ExportError(f"writing the artifact for {entry} failed: {exc}") from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        tmp_tarball.unlink(missing_ok=True)
+    return final_dir, tarball
+
+
+def clean_stale_staging(artifacts_root: Path) -> None:
+    """Remove staging folders an interrupted export left behind."""
+    for leftover in artifacts_root.glob("*/.staging-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in artifacts_root.glob("*/.*.partial"):
+        leftover.unlink(missing_ok=True)

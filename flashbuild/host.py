@@ -1,0 +1,76 @@
+"""Host setup: a Docker engine and a Debian bootstrap tool, installed and started when the
+host is a Debian machine and we are root; otherwise a message saying what to do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from .errors import EnvironmentProblem
+
+DOCKERD_LOG = Path("/var/log/flashbuild-dockerd.log")
+
+
+def _is_root_debian() -> bool:
+    return os.geteuid() == 0 and Path("/etc/debian_version").exists() and shutil.which("apt-get") is not None
+
+
+def _apt_install(packages: list[str], log) -> None:
+    log(f"installing {' '.join(packages)} with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise EnvironmentProblem(
+                f"`{' '.join(argv)}` failed:\n{result.stderr[-1500:]}", fix="install the packages by hand and retry"
+            )
+
+
+def _docker_ping() -> bool:
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        docker.from_env(timeout=10).ping()
+        return True
+    except DockerException:
+        return False
+
+
+def ensure_docker(log=print) -> None:
+    if _docker_ping():
+        return
+    if not _is_root_debian():
+        raise EnvironmentProblem(
+            "no Docker engine is reachable",
+            fix="start one (e.g. `sudo systemctl start docker`, or `sudo dockerd &`) and check DOCKER_HOST",
+        )
+    if not shutil.which("dockerd"):
+        _apt_install(["docker.io"], log)
+    log(f"starting dockerd (log: {DOCKERD_LOG})")
+    with open(DOCKERD_LOG, "ab") as out:
+        subprocess.Popen(["dockerd"], stdout=out, stderr=out, start_new_session=True)
+    for _ in range(60):
+        if _docker_ping():
+            return
+        time.sleep(1)
+    raise EnvironmentProblem("dockerd did not answer within 60 s", fix=f"read {DOCKERD_LOG}")
+
+
+def ensure_bootstrap_tool(log=print) -> None:
+    if shutil.which("mmdebstrap"):
+        return
+    if not _is_root_debian():
+        raise EnvironmentProblem(
+            "mmdebstrap is not installed (needed when no image registry is reachable)",
+            fix="install it, e.g. `sudo apt-get install mmdebstrap`",
+        )
+    _apt_install(["mmdebstrap"], log)
+
+
+def setup(log=print) -> None:
+    ensure_bootstrap_tool(log)
+    ensure_docker(log)

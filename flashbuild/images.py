@@ -1,0 +1,163 @@
+"""Toolchain images, built without any container-image registry.
+
+The base root filesystem is pulled when a registry answers; otherwise it is bootstrapped
+from the Debian archive the host's apt already uses (mmdebstrap or debootstrap) and
+`docker import`ed. The toolchain image is then built from docker/ on top of it through
+the Docker SDK. Both are tagged by a hash of their inputs, so they are rebuilt only when
+an input changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EnvironmentProblem, ImageError
+from .options import ImageSpec
+
+IMAGE_REPO = "flashbuild"
+
+
+@dataclass(frozen=True)
+class ToolchainImage:
+    tag: str
+    image_id: str
+    spec: ImageSpec
+    built: bool  # False when an existing image was reused
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def host_debian_mirror() -> str | None:
+    """The Debian mirror the host's apt is configured with, so bootstrapping goes through the
+    same archive (or proxy) the host already reaches. None lets the bootstrap tool choose."""
+    candidates = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        candidates += re.findall(r"^URIs:\s*(\S+)", text, re.M)
+        candidates += re.findall(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M)
+    for uri in candidates:
+        if uri.rstrip("/").endswith("/debian"):
+            return uri
+    return None
+
+
+def _image_exists(client, tag: str):
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(tag)
+    except ImageNotFound:
+        return None
+
+
+def _bootstrap_command(spec: ImageSpec, mirror: str | None, tarball: Path) -> list[str]:
+    components = ",".join(spec.base.components)
+    if shutil.which("mmdebstrap"):
+        argv = ["mmdebstrap", "--variant=minbase", f"--components={components}", spec.base.suite, str(tarball)]
+        return argv + ([mirror] if mirror else [])
+    raise EnvironmentProblem(
+        "neither an image registry nor mmdebstrap is available to make the Debian base image",
+        fix="run `invoke setup` (installs mmdebstrap on Debian), or `apt-get install mmdebstrap`",
+    )
+
+
+def ensure_base(client, spec: ImageSpec, log) -> str:
+    mirror = host_debian_mirror()
+    tag = f"{IMAGE_REPO}/base-{spec.base.suite}:{_digest(spec.base.suite, *spec.base.components, mirror or '')}"
+    if _image_exists(client, tag):
+        return tag
+    if spec.base.pull:
+        from docker.errors import DockerException
+
+        try:
+            log(f"pulling base image {spec.base.pull}")
+            image = client.images.pull(spec.base.pull)
+            image.tag(tag)
+            return tag
+        except DockerException as exc:
+            log(f"pull failed ({exc.__class__.__name__}); bootstrapping {spec.base.suite} from the Debian archive")
+    with tempfile.TemporaryDirectory(prefix="flashbuild-base-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        argv = _bootstrap_command(spec, mirror, tarball)
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ImageError(
+                f"bootstrapping Debian {spec.base.suite} failed:\n{result.stderr[-3000:]}",
+                fix="check that the Debian archive is reachable from this host",
+            )
+        repository, _, version = tag.partition(":")
+        response = client.api.import_image_from_file(str(tarball), repository=repository, tag=version)
+        if "error" in str(response).lower() and not _image_exists(client, tag):
+            raise ImageError(f"docker import of the {spec.base.suite} root filesystem failed: {response}")
+    return tag
+
+
+def image_tag(spec: ImageSpec, repo_root: Path, base_tag: str) -> str:
+    dockerfile = (repo_root / spec.dockerfile).read_text()
+    return f"{IMAGE_REPO}/{spec.name}:{_digest(dockerfile, base_tag, spec.cuda)}"
+
+
+def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=print) -> ToolchainImage:
+    dockerfile_path = repo_root / spec.dockerfile
+    if not dockerfile_path.is_file():
+        raise ImageError(f"{spec.dockerfile} does not exist", fix="restore it from git")
+    base_tag = ensure_base(client, spec, log)
+    tag = image_tag(spec, repo_root, base_tag)
+    existing = _image_exists(client, tag)
+    if existing:
+        return ToolchainImage(tag, existing.id, spec, built=False)
+    log(f"building toolchain image {tag} (first time: a few minutes)")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"image-{spec.name}.log"
+    from docker.errors import DockerException
+
+    lines: list[str] = []
+    error = None
+    try:
+        stream = client.api.build(
+            path=str(dockerfile_path.parent),
+            dockerfile=dockerfile_path.name,
+            buildargs={"BASE": base_tag},
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
+        with open(log_path, "w") as out:
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if "error" in chunk:
+                    error = chunk.get("error")
+                    text = error + "\n"
+                if text:
+                    out.write(text)
+                    lines.append(text)
+    except DockerException as exc:
+        error = str(exc)
+    if error or not _image_exists(client, tag):
+        tail = "".join(lines[-30:])
+        raise ImageError(f"building {tag} failed: {error}\n{tail}", fix=f"see {log_path}")
+    image = client.images.get(tag)
+    return ToolchainImage(tag, image.id, spec, built=True)
+
+
+def describe(image: ToolchainImage) -> dict:
+    return {"tag": image.tag, "id": image.image_id, "cuda": image.spec.cuda, "dockerfile": image.spec.dockerfile}
+
+

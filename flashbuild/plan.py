@@ -1,0 +1,109 @@
+"""Matrix -> plan: which translation units each entry compiles, and what they cost.
+
+A KernelTU is one template instantiation; its name is its parameters and is also the
+file name of its generated source in kernels/. The plan is pure data: building nothing,
+it is what `--dry-run` prints and what every later stage consumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .options import Entry, Matrix
+
+CUTLASS_TYPES = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+API_DTYPES = {"fp16": "FAS_DTYPE_FP16", "bf16": "FAS_DTYPE_BF16"}
+GIB = 1024**3
+
+
+@dataclass(frozen=True, order=True)
+class KernelTU:
+    family: str  # "fa2_fwd" (plain) or "fa2_fwd_split" (split-KV)
+    head_dim: int
+    dtype: str
+    causal: bool
+
+    @property
+    def split(self) -> bool:
+        return self.family == "fa2_fwd_split"
+
+    @property
+    def name(self) -> str:
+        causal = "_causal" if self.causal else ""
+        return f"{self.family}_hdim{self.head_dim}_{self.dtype}{causal}_sm90"
+
+    @property
+    def source(self) -> Path:
+        return Path("kernels") / f"{self.name}.cu"
+
+    @property
+    def cutlass_type(self) -> str:
+        return CUTLASS_TYPES[self.dtype]
+
+    @property
+    def function(self) -> str:
+        return "run_mha_fwd_splitkv_dispatch" if self.split else "run_mha_fwd_"
+
+    @property
+    def symbol(self) -> str:
+        """Demangled name (without return type and parameters) that `nm -C` must show."""
+        causal = "true" if self.causal else "false"
+        return f"flash::{self.function}<{self.cutlass_type}, {self.head_dim}, {causal}>"
+
+    @property
+    def registry_line(self) -> str:
+        macro = "FAS_FA2_FWD_SPLIT" if self.split else "FAS_FA2_FWD"
+        causal = "true" if self.causal else "false"
+        return f"{macro}({self.cutlass_type}, {API_DTYPES[self.dtype]}, {self.head_dim}, {causal})"
+
+
+@dataclass(frozen=True)
+class EntryPlan:
+    entry: Entry
+    kernels: tuple[KernelTU, ...]
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def estimate_bytes(self, tu: KernelTU, recorded_peaks: dict) -> tuple[int, str]:
+        """Memory to reserve for one TU: its recorded peak RSS if a build measured it, else the
+        matrix's per-family default. Returns (bytes, where the number came from)."""
+        key = f"{self.entry.name}/{tu.name}"
+        if key in recorded_peaks:
+            return int(recorded_peaks[key]), "recorded"
+        return int(self.entry.memory_estimates_gb[tu.family] * GIB), "matrix default"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    matrix: Matrix
+    entries: tuple[EntryPlan, ...]
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(len(e.kernels) for e in self.entries)
+
+
+def kernels_of(entry: Entry) -> tuple[KernelTU, ...]:
+    found = set()
+    for kernel_set in entry.kernels:
+        for head_dim in kernel_set.head_dims:
+            for dtype in kernel_set.dtypes:
+                for causal in kernel_set.causal:
+                    found.add(KernelTU(kernel_set.family, head_dim, dtype, causal))
+    return tuple(sorted(found))
+
+
+def make_plan(matrix: Matrix) -> BuildPlan:
+    return BuildPlan(matrix=matrix, entries=tuple(EntryPlan(e, kernels_of(e)) for e in matrix.entries))
+
+
+def all_kernels(matrices) -> tuple[KernelTU, ...]:
+    """Every instantiation any matrix builds: the set of files kernels/ must hold."""
+    found = set()
+    for matrix in matrices:
+        for entry in matrix.entries:
+            found.update(kernels_of(entry))
+    return tuple(sorted(found))

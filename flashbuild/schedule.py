@@ -1,0 +1,157 @@
+"""Memory-aware job scheduling.
+
+A job starts only when a CPU slot is free and the running jobs' memory estimates plus its
+own fit the budget. A job whose estimate alone exceeds the budget runs by itself (it may
+still fit in reality; refusing it would make the build impossible), and the plan says so.
+The runner is a plain callable so the admission rule is testable with synthetic jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+Payload = TypeVar("Payload")
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Budget:
+    memory_bytes: int
+    cpu_slots: int
+    source: str  # where the memory figure came from, for the plan printout
+
+    def describe(self) -> str:
+        return f"{self.memory_bytes / GIB:.1f} GiB ({self.source}), {self.cpu_slots} CPU slot(s)"
+
+
+@dataclass
+class Job(Generic[Payload]):
+    name: str
+    estimate_bytes: int
+    payload: Payload
+
+
+@dataclass
+class Outcome(Generic[Payload]):
+    job: Job
+    ok: bool
+    result: object = None
+    started: float = 0.0
+    finished: float = 0.0
+
+
+@dataclass
+class SchedulerEvents:
+    """Callbacks for progress display; all optional."""
+
+    started: Callable[[Job], None] = lambda job: None
+    finished: Callable[[Outcome], None] = lambda outcome: None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        value = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(value) if value.isdigit() else None
+
+
+def available_memory_bytes() -> tuple[int, str]:
+    """Memory this build may use: the cgroup limit minus usage if one is set, else the
+    host's MemAvailable, whichever is smaller."""
+    meminfo = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            meminfo[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    best, source = meminfo.get("MemAvailable", 4 * GIB), "host MemAvailable"
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit and limit < (1 << 60) and usage is not None and limit - usage < best:
+            best, source = limit - usage, "cgroup limit"
+    return best, source
+
+
+def make_budget(reserve_bytes: int, jobs_limit: int | None = None) -> Budget:
+    memory, source = available_memory_bytes()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slots = max(1, min(cpus, jobs_limit) if jobs_limit else cpus)
+    return Budget(max(memory - reserve_bytes, 0), slots, f"{source} minus {reserve_bytes / GIB:.1f} GiB reserve")
+
+
+def admissible(job: Job, running_bytes: int, running_count: int, budget: Budget) -> bool:
+    if running_count >= budget.cpu_slots:
+        return False
+    if running_count == 0:
+        return True  # an oversized job still runs, alone
+    return running_bytes + job.estimate_bytes <= budget.memory_bytes
+
+
+def max_concurrency(estimates: list[int], budget: Budget) -> int:
+    """How many jobs can run at once in the best case: the smallest estimates first."""
+    total, count = 0, 0
+    for estimate in sorted(estimates):
+        if count >= budget.cpu_slots or (count and total + estimate > budget.memory_bytes):
+            break
+        total += estimate
+        count += 1
+    return max(count, 1 if estimates else 0)
+
+
+def run_jobs(
+    jobs: list[Job],
+    runner: Callable[[Job], tuple[bool, object]],
+    budget: Budget,
+    events: SchedulerEvents | None = None,
+    stop_on_failure: bool = True,
+) -> list[Outcome]:
+    """Run jobs under the budget, largest estimate first among those that fit.
+    Returns outcomes in completion order. After a failure no new job starts (running ones
+    finish) when stop_on_failure is set."""
+    events = events or SchedulerEvents()
+    pending = sorted(jobs, key=lambda j: (-j.estimate_bytes, j.name))
+    running: dict[Future, tuple[Job, float]] = {}
+    outcomes: list[Outcome] = []
+    failed = False
+    lock = threading.Lock()
+
+    def running_bytes() -> int:
+        return sum(job.estimate_bytes for job, _ in running.values())
+
+    with ThreadPoolExecutor(max_workers=budget.cpu_slots) as pool:
+        while pending or running:
+            if not (failed and stop_on_failure):
+                for job in list(pending):
+                    with lock:
+                        if not admissible(job, running_bytes(), len(running), budget):
+                            continue
+                        pending.remove(job)
+                        events.started(job)
+                        running[pool.submit(runner, job)] = (job, time.monotonic())
+            elif not running:
+                break
+            if not running:
+                break
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in done:
+                job, started = running.pop(future)
+                try:
+                    ok, result = future.result()
+                except Exception as exc:  # a runner bug must not hang the build
+                    ok, result = False, exc
+                outcome = Outcome(job, ok, result, started, time.monotonic())
+                outcomes.append(outcome)
+                failed = failed or not ok
+                events.finished(outcome)
+    return outcomes

@@ -1,0 +1,769 @@
+// GPU correctness test of libflash_attn_standalone, using only its public header and the CUDA
+// runtime. Runs varlen inference shapes of Qwen2.5-VL-3B (LLM and vision tower), one small case
+// per compiled kernel and a few invalid-argument calls, comparing against a CPU reference built
+// from the same dtype-rounded inputs.
+//
+// Exit status: 0 all cases passed, 1 a case failed, 2 bad command line, 77 no usable CUDA device.
+#include "flash_attn_standalone.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kExitPass = 0;
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitSkip = 77;
+
+constexpr uint16_t kPoisonBits = 0xFFFF;  // NaN in both fp16 and bf16
+constexpr double kLseAbsTolerance = 1e-3;  // natural-log units
+constexpr double kLseRelTolerance = 1e-4;
+
+// ---------------------------------------------------------------------------------------------
+// Host-side fp16 / bf16 conversions, round-to-nearest-even.
+
+uint32_t float_bits(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+float bits_float(uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+uint16_t float_to_fp16(float value) {
+    const uint32_t bits = float_bits(value);
+    const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) return sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (magnitude >= 0x47800000u) return sign | 0x7c00u;  // >= 65536 overflows to infinity
+    if (magnitude < 0x38800000u) {
+        // Below 2^-14 the result is subnormal: a multiple of 2^-24, rounded to nearest even by
+        // nearbyint (the default rounding mode). 1024 * 2^-24 correctly encodes the smallest normal.
+        const float scaled = bits_float(magnitude) * 16777216.0f;
+        return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+    }
+    const uint32_t exponent = (magnitude >> 23) - 127 + 15;
+    const uint32_t mantissa = magnitude & 0x7fffffu;
+    uint32_t half = (exponent << 10) | (mantissa >> 13);
+    const uint32_t remainder = mantissa & 0x1fffu;
+    if (remainder > 0x1000u || (remainder == 0x1000u && (half & 1u))) ++half;  // carry may reach infinity
+    return sign | static_cast<uint16_t>(half);
+}
+
+float fp16_to_float(uint16_t half) {
+    const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+    const uint32_t exponent = (half >> 10) & 0x1fu;
+    const uint32_t mantissa = half & 0x3ffu;
+    if (exponent == 0) {
+        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 31) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+    return bits_float(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
+uint16_t float_to_bf16(float value) {
+    const uint32_t bits = float_bits(value);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
+    const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+float bf16_to_float(uint16_t bf16) { return bits_float(static_cast<uint32_t>(bf16) << 16); }
+
+uint16_t to_dtype_bits(fas_dtype dtype, float value) {
+    return dtype == FAS_DTYPE_BF16 ? float_to_bf16(value) : float_to_fp16(value);
+}
+
+float from_dtype_bits(fas_dtype dtype, uint16_t bits) {
+    return dtype == FAS_DTYPE_BF16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+const char* dtype_name(fas_dtype dtype) { return dtype == FAS_DTYPE_BF16 ? "bf16" : "fp16"; }
+
+// ---------------------------------------------------------------------------------------------
+// CUDA helpers
+
+class CudaFailure : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+void check_cuda(cudaError_t error, const char* expression, int line) {
+    if (error != cudaSuccess) {
+        throw CudaFailure(std::string(expression) + " failed at line " + std::to_string(line) + ": " +
+                          cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
+    }
+}
+
+#define CUDA_CHECK(expression) check_cuda((expression), #expression, __LINE__)
+
+class DeviceBuffer {
+public:
+    explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+        if (bytes > 0) CUDA_CHECK(cudaMalloc(&pointer_, bytes));
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() {
+        if (pointer_ != nullptr) cudaFree(pointer_);
+    }
+
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(pointer_);
+    }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* pointer_ = nullptr;
+    size_t bytes_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Test cases
+
+struct AttentionCase {
+    std::string config;
+    fas_dtype dtype;
+    int heads_q;
+    int heads_kv;
+    int head_dim;
+    bool causal;
+    bool varlen;                  // false: batch layout, all sequences of equal length
+    std::vector<int> seqlens_q;
+    std::vector<int> seqlens_k;
+    int row_padding = 0;          // extra elements per token row, to exercise row strides
+    bool pass_workspace = true;   // false: let the library allocate its own scratch
+    bool expect_split_kv = false; // the split-KV kernel must be chosen (checked via workspace size)
+};
+
+struct Tolerance {
+    double abs;
+    double rel;
+};
+
+Tolerance output_tolerance(fas_dtype dtype) {
+    // fp16 keeps 11 significant bits, bf16 8: the output is rounded to the dtype and so are the
+    // softmax probabilities before the P*V product.
+    return dtype == FAS_DTYPE_BF16 ? Tolerance{1.6e-2, 1.6e-2} : Tolerance{2e-3, 2e-3};
+}
+
+int sum_of(const std::vector<int>& values) {
+    int total = 0;
+    for (int value : values) total += value;
+    return total;
+}
+
+std::string lengths_summary(const AttentionCase& c) {
+    std::ostringstream summary;
+    const auto [min_q, max_q] = std::minmax_element(c.seqlens_q.begin(), c.seqlens_q.end());
+    if (c.varlen) {
+        summary << "b=" << c.seqlens_q.size() << " seqlens_q=" << *min_q << ".." << *max_q
+                << " total_q=" << sum_of(c.seqlens_q) << " total_k=" << sum_of(c.seqlens_k);
+    } else {
+        summary << "b=" << c.seqlens_q.size() << " seqlen_q=" << *max_q << " seqlen_k=" << c.seqlens_k.front();
+    }
+    return summary.str();
+}
+
+// Random inputs already rounded to the dtype: bits for the device, floats for the reference.
+struct RoundedTensor {
+    std::vector<uint16_t> bits;  // [rows, heads, head_dim], contiguous
+    std::vector<float> values;
+};
+
+RoundedTensor random_tensor(fas_dtype dtype, size_t elements, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    RoundedTensor tensor;
+    tensor.bits.resize(elements);
+    tensor.values.resize(elements);
+    for (size_t i = 0; i < elements; ++i) {
+        tensor.bits[i] = to_dtype_bits(dtype, normal(rng));
+        tensor.values[i] = from_dtype_bits(dtype, tensor.bits[i]);
+    }
+    return tensor;
+}
+
+// Copies [rows, row_elements] to device rows of row_stride elements; the padding is poison.
+std::vector<uint16_t> with_row_stride(const std::vector<uint16_t>& packed, size_t rows, size_t row_elements,
+                                      size_t row_stride) {
+    std::vector<uint16_t> strided(rows * row_stride, kPoisonBits);
+    for (size_t row = 0; row < rows; ++row) {
+        std::copy_n(packed.begin() + row * row_elements, row_elements, strided.begin() + row * row_stride);
+    }
+    return strided;
+}
+
+struct Reference {
+    std::vector<float> out;  // [total_q, heads_q, head_dim]
+    std::vector<double> lse; // [total_q, heads_q]; +inf for rows that see no key
+};
+
+// softmax(scale * q k^T) v per (sequence, query head), in float dot products and double sums,
+// spread over the CPU cores.
+Reference compute_reference(const AttentionCase& c, const RoundedTensor& q, const RoundedTensor& k,
+                            const RoundedTensor& v, float scale) {
+    const int batch = static_cast<int>(c.seqlens_q.size());
+    const int d = c.head_dim;
+    const int group = c.heads_q / c.heads_kv;
+    std::vector<int> q_offsets(batch + 1, 0), k_offsets(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+        q_offsets[b + 1] = q_offsets[b] + c.seqlens_q[b];
+        k_offsets[b + 1] = k_offsets[b] + c.seqlens_k[b];
+    }
+    Reference ref;
+    ref.out.assign(static_cast<size_t>(q_offsets[batch]) * c.heads_q * d, 0.f);
+    ref.lse.assign(static_cast<size_t>(q_offsets[batch]) * c.heads_q, 0.0);
+
+    const int work_items = batch * c.heads_q;
+    std::atomic<int> next_item{0};
+    const auto worker = [&] {
+        std::vector<float> scores;
+        std::vector<double> accumulator(d);
+        for (int item = next_item++; item < work_items; item = next_item++) {
+            const int b = item / c.heads_q;
+            const int head = item % c.heads_q;
+            const int kv_head = head / group;
+            const int sq = c.seqlens_q[b];
+            const int sk = c.seqlens_k[b];
+            scores.resize(sk);
+            for (int i = 0; i < sq; ++i) {
+                const size_t q_row = static_cast<size_t>(q_offsets[b] + i);
+                const float* q_vec = &q.values[(q_row * c.heads_q + head) * d];
+                // Bottom-right aligned causal mask: query i sees keys j <= i + sk - sq.
+                const int visible = c.causal ? std::min(sk, i + sk - sq + 1) : sk;
+                float* out_vec = &ref.out[(q_row * c.heads_q + head) * d];
+                double& lse = ref.lse[q_row * c.heads_q + head];
+                if (visible <= 0) {
+                    lse = std::numeric_limits<double>::infinity();
+                    continue;
+                }
+                float max_score = -std::numeric_limits<float>::infinity();
+                for (int j = 0; j < visible; ++j) {
+                    const float* k_vec = &k.values[((static_cast<size_t>(k_offsets[b]) + j) * c.heads_kv + kv_head) * d];
+                    // Four partial sums (head_dim is a multiple of 8) shorten the add chain.
+                    float partial[4] = {0.f, 0.f, 0.f, 0.f};
+                    for (int x = 0; x < d; x += 4) {
+                        for (int lane = 0; lane < 4; ++lane) partial[lane] += q_vec[x + lane] * k_vec[x + lane];
+                    }
+                    scores[j] = ((partial[0] + partial[1]) + (partial[2] + partial[3])) * scale;
+                    max_score = std::max(max_score, scores[j]);
+                }
+                std::fill(accumulator.begin(), accumulator.end(), 0.0);
+                double sum = 0.0;
+                for (int j = 0; j < visible; ++j) {
+                    const double p = std::exp(static_cast<double>(scores[j]) - max_score);
+                    sum += p;
+                    const float* v_vec = &v.values[((static_cast<size_t>(k_offsets[b]) + j) * c.heads_kv + kv_head) * d];
+                    for (int x = 0; x < d; ++x) accumulator[x] += p * v_vec[x];
+                }
+                for (int x = 0; x < d; ++x) out_vec[x] = static_cast<float>(accumulator[x] / sum);
+                lse = max_score + std::log(sum);
+            }
+        }
+    };
+    const unsigned hardware_threads = std::max(1u, std::thread::hardware_concurrency());
+    const int thread_count = std::min<int>(std::min<unsigned>(hardware_threads, 32u), work_items);
+    std::vector<std::thread> threads;
+    for (int t = 1; t < thread_count; ++t) threads.emplace_back(worker);
+    worker();
+    for (std::thread& thread : threads) thread.join();
+    return ref;
+}
+
+struct CaseOutcome {
+    bool passed;
+    std::string detail;
+};
+
+CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t stream) {
+    const int batch = static_cast<int>(c.seqlens_q.size());
+    const int d = c.head_dim;
+    const size_t total_q = sum_of(c.seqlens_q);
+    const size_t total_k = sum_of(c.seqlens_k);
+    const int max_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
+    const int max_k = *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
+    const size_t q_row_elements = static_cast<size_t>(c.heads_q) * d;
+    const size_t kv_row_elements = static_cast<size_t>(c.heads_kv) * d;
+    const size_t q_stride = q_row_elements + c.row_padding;
+    const size_t kv_stride = kv_row_elements + c.row_padding;
+
+    std::mt19937_64 rng(seed);
+    const RoundedTensor q = random_tensor(c.dtype, total_q * q_row_elements, rng);
+    const RoundedTensor k = random_tensor(c.dtype, total_k * kv_row_elements, rng);
+    const RoundedTensor v = random_tensor(c.dtype, total_k * kv_row_elements, rng);
+
+    const std::vector<uint16_t> q_host = with_row_stride(q.bits, total_q, q_row_elements, q_stride);
+    const std::vector<uint16_t> k_host = with_row_stride(k.bits, total_k, kv_row_elements, kv_stride);
+    const std::vector<uint16_t> v_host = with_row_stride(v.bits, total_k, kv_row_elements, kv_stride);
+    DeviceBuffer q_dev(q_host.size() * sizeof(uint16_t));
+    DeviceBuffer k_dev(k_host.size() * sizeof(uint16_t));
+    DeviceBuffer v_dev(v_host.size() * sizeof(uint16_t));
+    DeviceBuffer out_dev(total_q * q_stride * sizeof(uint16_t));
+    DeviceBuffer lse_dev(total_q * c.heads_q * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(q_dev.as<void>(), q_host.data(), q_dev.bytes(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(k_dev.as<void>(), k_host.data(), k_dev.bytes(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(v_dev.as<void>(), v_host.data(), v_dev.bytes(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out_dev.as<void>(), 0xFF, out_dev.bytes(), stream));
+    CUDA_CHECK(cudaMemsetAsync(lse_dev.as<void>(), 0xFF, lse_dev.bytes(), stream));
+
+    std::vector<int32_t> cu_seqlens_q(batch + 1, 0), cu_seqlens_k(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+        cu_seqlens_q[b + 1] = cu_seqlens_q[b] + c.seqlens_q[b];
+        cu_seqlens_k[b + 1] = cu_seqlens_k[b] + c.seqlens_k[b];
+    }
+    DeviceBuffer cu_q_dev(c.varlen ? cu_seqlens_q.size() * sizeof(int32_t) : 0);
+    DeviceBuffer cu_k_dev(c.varlen ? cu_seqlens_k.size() * sizeof(int32_t) : 0);
+    if (c.varlen) {
+        CUDA_CHECK(cudaMemcpyAsync(cu_q_dev.as<void>(), cu_seqlens_q.data(), cu_q_dev.bytes(), cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(cu_k_dev.as<void>(), cu_seqlens_k.data(), cu_k_dev.bytes(), cudaMemcpyHostToDevice, stream));
+    }
+
+    fas_fwd_args args;
+    fas_fwd_args_init(&args);
+    args.dtype = c.dtype;
+    args.q = q_dev.as<void>();
+    args.k = k_dev.as<void>();
+    args.v = v_dev.as<void>();
+    args.out = out_dev.as<void>();
+    args.softmax_lse = lse_dev.as<float>();
+    args.cu_seqlens_q = c.varlen ? cu_q_dev.as<int32_t>() : nullptr;
+    args.cu_seqlens_k = c.varlen ? cu_k_dev.as<int32_t>() : nullptr;
+    args.batch_size = batch;
+    args.max_seqlen_q = max_q;
+    args.max_seqlen_k = max_k;
+    args.num_heads_q = c.heads_q;
+    args.num_heads_k = c.heads_kv;
+    args.head_dim = d;
+    args.q_row_stride = c.row_padding ? static_cast<int64_t>(q_stride) : 0;
+    args.k_row_stride = c.row_padding ? static_cast<int64_t>(kv_stride) : 0;
+    args.v_row_stride = c.row_padding ? static_cast<int64_t>(kv_stride) : 0;
+    args.out_row_stride = c.row_padding ? static_cast<int64_t>(q_stride) : 0;
+    args.causal = c.causal ? 1 : 0;
+    args.stream = stream;
+    args.total_q = static_cast<int>(total_q);
+
+    size_t workspace_bytes = 0;
+    if (fas_fwd_workspace_size(&args, &workspace_bytes) != FAS_SUCCESS) {
+        return {false, std::string("fas_fwd_workspace_size failed: ") + fas_get_last_error()};
+    }
+    if (c.expect_split_kv && workspace_bytes == 0) {
+        return {false, "the split-KV kernel was not selected (no accumulator workspace requested)"};
+    }
+    DeviceBuffer workspace(c.pass_workspace ? workspace_bytes : 0);
+    args.workspace = workspace.as<void>();
+    args.workspace_bytes = workspace.bytes();
+
+    if (fas_fwd(&args) != FAS_SUCCESS) return {false, std::string("fas_fwd failed: ") + fas_get_last_error()};
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaGetLastError());
+
+    std::vector<uint16_t> out_host(total_q * q_stride);
+    std::vector<float> lse_host(total_q * c.heads_q);
+    CUDA_CHECK(cudaMemcpy(out_host.data(), out_dev.as<void>(), out_dev.bytes(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(lse_host.data(), lse_dev.as<void>(), lse_dev.bytes(), cudaMemcpyDeviceToHost));
+
+    const float scale = 1.f / std::sqrt(static_cast<float>(d));
+    const Reference ref = compute_reference(c, q, k, v, scale);
+
+    double max_ref = 0.0, max_out_error = 0.0, max_lse_error = 0.0, max_ref_lse = 0.0;
+    size_t non_finite_out = 0, lse_mismatches = 0, touched_padding = 0;
+    for (int b = 0; b < batch; ++b) {
+        for (int i = 0; i < c.seqlens_q[b]; ++i) {
+            const size_t row = static_cast<size_t>(cu_seqlens_q[b] + i);
+            for (int head = 0; head < c.heads_q; ++head) {
+                for (int x = 0; x < d; ++x) {
+                    const float got = from_dtype_bits(c.dtype, out_host[row * q_stride + head * d + x]);
+                    const float want = ref.out[(row * c.heads_q + head) * d + x];
+                    if (!std::isfinite(got)) {
+                        ++non_finite_out;
+                        continue;
+                    }
+                    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want)));
+                    max_out_error = std::max(max_out_error, std::fabs(static_cast<double>(got) - want));
+                }
+                // LSE layout: varlen [heads_q, total_q], batch [batch, heads_q, seqlen_q].
+                const size_t lse_index = c.varlen ? head * total_q + row
+                                                  : (static_cast<size_t>(b) * c.heads_q + head) * max_q + i;
+                const double got_lse = lse_host[lse_index];
+                const double want_lse = ref.lse[row * c.heads_q + head];
+                if (std::isinf(want_lse)) {
+                    if (!(std::isinf(got_lse) && got_lse > 0)) ++lse_mismatches;
+                } else if (!std::isfinite(got_lse)) {
+                    ++lse_mismatches;
+                } else {
+                    max_ref_lse = std::max(max_ref_lse, std::fabs(want_lse));
+                    max_lse_error = std::max(max_lse_error, std::fabs(got_lse - want_lse));
+                }
+            }
+            for (size_t x = q_row_elements; x < q_stride; ++x) touched_padding += out_host[row * q_stride + x] != kPoisonBits;
+        }
+    }
+    const Tolerance tolerance = output_tolerance(c.dtype);
+    const double out_limit = tolerance.abs + tolerance.rel * max_ref;
+    const double lse_limit = kLseAbsTolerance + kLseRelTolerance * max_ref_lse;
+    const bool passed = non_finite_out == 0 && lse_mismatches == 0 && touched_padding == 0 &&
+                        max_out_error <= out_limit && max_lse_error <= lse_limit;
+
+    char numbers[256];
+    std::snprintf(numbers, sizeof numbers, "out_err=%.3e (tol %.3e) lse_err=%.3e (tol %.3e)", max_out_error,
+                  out_limit, max_lse_error, lse_limit);
+    std::string detail = numbers;
+    if (workspace_bytes > 0) {
+        detail += std::string(" workspace=") + std::to_string(workspace_bytes) + (c.pass_workspace ? "B(given)" : "B(library-allocated)");
+    }
+    if (non_finite_out) detail += " non-finite outputs=" + std::to_string(non_finite_out);
+    if (lse_mismatches) detail += " non-finite/unexpected LSE=" + std::to_string(lse_mismatches);
+    if (touched_padding) detail += " written row padding=" + std::to_string(touched_padding);
+    return {passed, detail};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invalid-argument checks: fas_fwd must refuse them with a status and a message, launch nothing
+// and leave no CUDA error behind.
+
+struct NegativeCase {
+    const char* description;
+    void (*break_args)(fas_fwd_args& args);
+};
+
+CaseOutcome run_negative_case(const NegativeCase& negative, fas_dtype dtype, cudaStream_t stream) {
+    DeviceBuffer q_dev(1 << 16), k_dev(1 << 16), v_dev(1 << 16), out_dev(1 << 16);
+    fas_fwd_args args;
+    fas_fwd_args_init(&args);
+    args.dtype = dtype;
+    args.q = q_dev.as<void>();
+    args.k = k_dev.as<void>();
+    args.v = v_dev.as<void>();
+    args.out = out_dev.as<void>();
+    args.batch_size = 1;
+    args.max_seqlen_q = 4;
+    args.max_seqlen_k = 4;
+    args.num_heads_q = 2;
+    args.num_heads_k = 1;
+    args.head_dim = 64;
+    args.stream = stream;
+    negative.break_args(args);
+    const fas_status status = fas_fwd(&args);
+    const std::string message = fas_get_last_error();
+    const cudaError_t pending = cudaPeekAtLastError();
+    const bool passed = status == FAS_ERROR_INVALID_ARGUMENT && !message.empty() && pending == cudaSuccess;
+    std::string detail = "status=" + std::to_string(static_cast<int>(status)) + " (expected " +
+                         std::to_string(static_cast<int>(FAS_ERROR_INVALID_ARGUMENT)) + ") message=\"" + message + "\"";
+    if (pending != cudaSuccess) detail += std::string(" left CUDA error ") + cudaGetErrorName(pending);
+    return {passed, detail};
+}
+
+const NegativeCase kNegativeCases[] = {
+    {"head_dim 20 (not a multiple of 8)", [](fas_fwd_args& a) { a.head_dim = 20; }},
+    {"q misaligned by 2 bytes", [](fas_fwd_args& a) { a.q = static_cast<const char*>(a.q) + 2; }},
+    {"only cu_seqlens_q set", [](fas_fwd_args& a) { a.cu_seqlens_q = static_cast<const int32_t*>(a.k); }},
+    {"num_heads_q 3 with num_heads_k 2", [](fas_fwd_args& a) { a.num_heads_q = 3; a.num_heads_k = 2; }},
+    {"struct_size too small", [](fas_fwd_args& a) { a.struct_size = sizeof(size_t); }},
+};
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+struct Options {
+    bool run_fp16 = true;
+    bool run_bf16 = true;
+    bool custom = false;  // any of the shape options given: run only the custom case
+    int heads_q = 16;
+    int heads_kv = 2;
+    int head_dim = 128;
+    bool causal = true;
+    std::vector<int> seqlens{1, 100, 1029};
+    uint64_t seed = 20250101;
+    bool quick = false;
+};
+
+void print_usage(FILE* stream, const char* program) {
+    std::fprintf(stream,
+                 "usage: %s [--dtype fp16|bf16|all] [--quick] [--seed N]\n"
+                 "          [--heads-q N] [--heads-kv N] [--head-dim N] [--causal 0|1] [--seqlens a,b,c]\n"
+                 "Without shape options: Qwen2.5-VL-3B LLM and vision shapes, one case per compiled kernel and\n"
+                 "invalid-argument checks. With any of --heads-q/--heads-kv/--head-dim/--causal/--seqlens: only\n"
+                 "that custom varlen case (defaults 16/2/128/1/1,100,1029).\n"
+                 "Exit status: 0 pass, 1 failure, 2 bad arguments, 77 no usable CUDA device.\n",
+                 program);
+}
+
+bool parse_long(const char* text, long long min_value, long long max_value, long long* value) {
+    if (text == nullptr || *text == '\0') return false;
+    char* end = nullptr;
+    errno = 0;
+    const long long parsed = std::strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || parsed < min_value || parsed > max_value) return false;
+    *value = parsed;
+    return true;
+}
+
+bool parse_int(const char* text, int min_value, int max_value, int* value) {
+    long long parsed = 0;
+    if (!parse_long(text, min_value, max_value, &parsed)) return false;
+    *value = static_cast<int>(parsed);
+    return true;
+}
+
+bool parse_seqlens(const std::string& text, std::vector<int>* seqlens) {
+    seqlens->clear();
+    std::stringstream stream(text);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+        int length = 0;
+        if (!parse_int(item.c_str(), 1, 1 << 20, &length)) return false;
+        seqlens->push_back(length);
+    }
+    return !seqlens->empty() && text.back() != ',';
+}
+
+// Returns false (after printing why) on a bad command line.
+bool parse_options(int argc, char** argv, Options* options) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") {
+            print_usage(stdout, argv[0]);
+            std::exit(kExitPass);
+        }
+        if (flag == "--quick") {
+            options->quick = true;
+            continue;
+        }
+        const char* value = i + 1 < argc ? argv[++i] : nullptr;
+        if (value == nullptr) {
+            std::fprintf(stderr, "error: %s needs a value\n", flag.c_str());
+            return false;
+        }
+        bool ok = true;
+        if (flag == "--dtype") {
+            const std::string dtype = value;
+            ok = dtype == "fp16" || dtype == "bf16" || dtype == "all";
+            options->run_fp16 = dtype != "bf16";
+            options->run_bf16 = dtype != "fp16";
+        } else if (flag == "--heads-q") {
+            ok = parse_int(value, 1, 1024, &options->heads_q);
+            options->custom = true;
+        } else if (flag == "--heads-kv") {
+            ok = parse_int(value, 1, 1024, &options->heads_kv);
+            options->custom = true;
+        } else if (flag == "--head-dim") {
+            ok = parse_int(value, 1, 1024, &options->head_dim);
+            options->custom = true;
+        } else if (flag == "--causal") {
+            int causal = 0;
+            ok = parse_int(value, 0, 1, &causal);
+            options->causal = causal != 0;
+            options->custom = true;
+        } else if (flag == "--seqlens") {
+            ok = parse_seqlens(value, &options->seqlens);
+            options->custom = true;
+        } else if (flag == "--seed") {
+            long long seed = 0;
+            ok = parse_long(value, 0, std::numeric_limits<long long>::max(), &seed);
+            options->seed = static_cast<uint64_t>(seed);
+        } else {
+            std::fprintf(stderr, "error: unknown option %s\n", flag.c_str());
+            return false;
+        }
+        if (!ok) {
+            std::fprintf(stderr, "error: bad value '%s' for %s\n", value, flag.c_str());
+            return false;
+        }
+    }
+    if (options->custom && options->heads_q % options->heads_kv != 0) {
+        std::fprintf(stderr, "error: --heads-q %d is not a multiple of --heads-kv %d\n", options->heads_q,
+                     options->heads_kv);
+        return false;
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+
+struct Tally {
+    int passed = 0;
+    int failed = 0;
+    int skipped = 0;
+};
+
+void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t stream, Tally* tally) {
+    int kernel_head_dim = 0;
+    const bool servable = fas_query_support(c.dtype, c.head_dim, c.causal, &kernel_head_dim) == FAS_SUCCESS;
+    CaseOutcome outcome{false, ""};
+    if (!servable) {
+        outcome.detail = std::string("fas_query_support: ") + fas_get_last_error();
+    } else {
+        try {
+            outcome = run_attention_case(c, seed, stream);
+        } catch (const std::exception& error) {
+            outcome = {false, error.what()};
+        }
+    }
+    std::printf("[%s] %-22s %s hdim=%d(kernel %d) causal=%d layout=%s heads=%d/%d %s | %s\n",
+                outcome.passed ? "PASS" : "FAIL", c.config.c_str(), dtype_name(c.dtype), c.head_dim,
+                kernel_head_dim, c.causal ? 1 : 0, c.varlen ? "varlen" : "batch", c.heads_q, c.heads_kv,
+                lengths_summary(c).c_str(), outcome.detail.c_str());
+    std::fflush(stdout);
+    ++(outcome.passed ? tally->passed : tally->failed);
+}
+
+AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
+                          std::vector<int> seqlens) {
+    AttentionCase c{std::move(config), dtype, heads_q, heads_kv, head_dim, causal, true, seqlens, seqlens};
+    return c;
+}
+
+// Default case list for one dtype.
+std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tally) {
+    std::vector<AttentionCase> cases;
+    // Qwen2.5-VL-3B language model: 16 query heads, 2 KV heads, head dim 128, causal prefill.
+    const std::vector<std::vector<int>> llm_batches =
+        quick ? std::vector<std::vector<int>>{{1, 17, 129, 1029}}
+              : std::vector<std::vector<int>>{{1, 17, 129, 1029, 333, 64}, {1500, 2, 999, 255, 1, 700},
+                                              {77, 1, 1030, 511, 383, 1}};
+    for (const std::vector<int>& seqlens : llm_batches) {
+        cases.push_back(varlen_case("qwen2.5-vl-3b-llm", dtype, 16, 2, 128, true, seqlens));
+    }
+    // Qwen2.5-VL vision tower: 16 heads, head dim 80, bidirectional attention over windows
+    // (64 patches) and whole images; served by a larger kernel head dim where 80 is not built.
+    if (fas_query_support(dtype, 80, 0, nullptr) == FAS_SUCCESS) {
+        const std::vector<int> seqlens = quick ? std::vector<int>{64, 64, 3, 200}
+                                               : std::vector<int>{64, 64, 64, 64, 576, 1036, 3};
+        AttentionCase vision = varlen_case("qwen2.5-vl-vision", dtype, 16, 16, 80, false, seqlens);
+        vision.pass_workspace = false;
+        cases.push_back(vision);
+    } else {
+        std::printf("[SKIP] qwen2.5-vl-vision     %s hdim=80: %s\n", dtype_name(dtype), fas_get_last_error());
+        ++tally->skipped;
+    }
+    // Every compiled kernel once, GQA ratio 4, padded row strides.
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.dtype != dtype) continue;
+        const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
+        if (info.split_kv) {
+            // Batch layout, a decode-like short query and a long key range: the split heuristic
+            // divides the keys among CTAs. Half of them let the library allocate the scratch.
+            const int seqlen_q = 1 + index % 4;
+            AttentionCase split{config, dtype, 8, 2, info.head_dim, info.causal != 0, false,
+                                std::vector<int>(2, seqlen_q), std::vector<int>(2, 1536)};
+            split.row_padding = 8;
+            split.expect_split_kv = true;
+            split.pass_workspace = index % 2 == 0;
+            cases.push_back(split);
+        } else {
+            AttentionCase plain = varlen_case(config, dtype, 8, 2, info.head_dim, info.causal != 0, {1, 37, 200, 129});
+            plain.row_padding = 8;
+            cases.push_back(plain);
+        }
+    }
+    return cases;
+}
+
+int run(const Options& options) {
+    int device_count = 0;
+    const cudaError_t count_error = cudaGetDeviceCount(&device_count);
+    if (count_error != cudaSuccess || device_count == 0) {
+        std::fprintf(stderr, "no CUDA device: %s\n",
+                     count_error != cudaSuccess ? cudaGetErrorString(count_error) : "cudaGetDeviceCount returned 0");
+        return kExitSkip;
+    }
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (fas_check_device(device) != FAS_SUCCESS) {
+        std::fprintf(stderr, "no usable CUDA device: %s\n", fas_get_last_error());
+        return kExitSkip;
+    }
+
+    std::printf("flash_attn_standalone %s, %d kernel(s):", fas_version_string(), fas_num_kernels());
+    bool has_dtype[2] = {false, false};
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) != FAS_SUCCESS) {
+            std::printf("\nfas_get_kernel_info(%d) failed: %s\n", index, fas_get_last_error());
+            return kExitFail;
+        }
+        std::printf(" %s/%s/hd%d/%s%s", info.family, dtype_name(info.dtype), info.head_dim,
+                    info.causal ? "causal" : "full", info.split_kv ? "/splitkv" : "");
+        has_dtype[info.dtype] = true;
+    }
+    std::printf("\n");
+
+    std::vector<fas_dtype> dtypes;
+    if (options.run_fp16 && has_dtype[FAS_DTYPE_FP16]) dtypes.push_back(FAS_DTYPE_FP16);
+    if (options.run_bf16 && has_dtype[FAS_DTYPE_BF16]) dtypes.push_back(FAS_DTYPE_BF16);
+    if (dtypes.empty()) {
+        std::printf("no kernel of the requested dtype(s) is built into this library\n");
+        return kExitFail;
+    }
+
+    cudaStream_t stream = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    Tally tally;
+    uint64_t case_seed = options.seed;
+    for (fas_dtype dtype : dtypes) {
+        std::vector<AttentionCase> cases;
+        if (options.custom) {
+            cases.push_back(varlen_case("custom", dtype, options.heads_q, options.heads_kv, options.head_dim,
+                                        options.causal, options.seqlens));
+        } else {
+            cases = default_cases(dtype, options.quick, &tally);
+        }
+        for (const AttentionCase& c : cases) report_attention_case(c, case_seed++, stream, &tally);
+    }
+    if (!options.custom) {
+        for (const NegativeCase& negative : kNegativeCases) {
+            CaseOutcome outcome{false, ""};
+            try {
+                outcome = run_negative_case(negative, dtypes.front(), stream);
+            } catch (const std::exception& error) {
+                outcome = {false, error.what()};
+            }
+            std::printf("[%s] negative: %s | %s\n", outcome.passed ? "PASS" : "FAIL", negative.description,
+                        outcome.detail.c_str());
+            ++(outcome.passed ? tally.passed : tally.failed);
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    std::printf("summary: %d passed, %d failed, %d skipped\n", tally.passed, tally.failed, tally.skipped);
+    return tally.failed == 0 ? kExitPass : kExitFail;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options options;
+    if (!parse_options(argc, argv, &options)) {
+        print_usage(stderr, argv[0]);
+        return kExitUsage;
+    }
+    try {
+        return run(options);
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "error: %s\n", error.what());
+        return kExitFail;
+    }
+}

@@ -1,0 +1,123 @@
+"""End to end, in the real toolchain container: `invoke build --matrix smoke` fetches the
+pinned source, builds (or reuses) the image, compiles the one kernel TU, links, verifies
+and exports; then `invoke verify` passes on the artifact and fails, with a readable
+report, on a deliberately broken library. Needs a Docker engine (`invoke setup`)."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from flashbuild.plan import make_plan
+from flashbuild.options import load_config
+
+
+def invoke(repo, *args):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=repo, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def smoke_artifact():
+    from tests.conftest import REPO
+
+    result = invoke(REPO, "build", "--matrix", "smoke")
+    assert result.returncode == 0, f"smoke build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    version = (REPO / "VERSION").read_text().strip()
+    return REPO, version, REPO / "artifacts" / version / "smoke-cuda12.4-sm90a", result.stdout
+
+
+def test_smoke_build_exports_a_verified_versioned_artifact(smoke_artifact):
+    repo, version, folder, output = smoke_artifact
+    assert "[FAIL]" not in output
+    major = version.split(".")[0]
+    lib = folder / "lib"
+    assert (lib / f"libflash_attn_standalone.so.{version}").is_file()
+    assert os.readlink(lib / f"libflash_attn_standalone.so.{major}") == f"libflash_attn_standalone.so.{version}"
+    assert (folder / "include" / "flash_attn_standalone.h").read_text() == \
+        (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["version"] == version and manifest["matrix"] == "smoke"
+    assert manifest["sources"][0]["sha256"] == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+    assert manifest["toolchain"]["cuda"] == "12.4" and "cuda_12.4" in manifest["toolchain"]["nvcc"]
+    kernels = [tu for tu in manifest["translation_units"] if tu["kind"] == "kernel"]
+    assert [tu["name"] for tu in kernels] == ["fa2_fwd_hdim64_fp16_sm90"]
+    assert all(tu["wall_s"] and tu["peak_rss_kb"] for tu in manifest["translation_units"])
+    assert all(check["ok"] for check in manifest["verify"])
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ")
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+    tarball = folder.parent / f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
+    with tarfile.open(tarball) as tar:
+        assert f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a/bin/test_varlen_inference" in tar.getnames()
+
+
+def test_test_binary_runs_here_and_reports_no_gpu(smoke_artifact):
+    """The binary must load on this (older-glibc, no-CUDA-toolkit) host as copied, and
+    without a GPU it says so and exits 77."""
+    _, _, folder, _ = smoke_artifact
+    result = subprocess.run([str(folder / "bin" / "test_varlen_inference")], capture_output=True, text=True)
+    if result.returncode == 0:
+        pytest.skip("a GPU is present here; the GPU run is checked on the device machine")
+    assert result.returncode == 77, result.stdout + result.stderr
+    assert "no CUDA device" in result.stderr
+
+
+def test_second_build_is_cached(smoke_artifact):
+    repo, _, _, _ = smoke_artifact
+    result = invoke(repo, "build", "--matrix", "smoke")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok     fa2_fwd_hdim64_fp16_sm90 cached" in result.stdout
+
+
+def test_verify_passes_on_the_artifact(smoke_artifact):
+    repo, _, folder, _ = smoke_artifact
+    result = invoke(repo, "verify", str(folder))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 failed" in result.stdout
+
+
+def test_verify_fails_clearly_on_a_broken_library(smoke_artifact, tmp_path):
+    """Relink the smoke library without its kernel object and exporting everything:
+    verify must name the missing instantiation and the extra exports, exit 7."""
+    repo, version, folder, _ = smoke_artifact
+    broken = repo / "build" / "broken-artifact"
+    if broken.exists():
+        shutil.rmtree(broken)
+    shutil.copytree(folder, broken, symlinks=True)
+    lib = broken / "lib" / f"libflash_attn_standalone.so.{version}"
+    lib.unlink()
+    api_object = next((repo / "build" / "objects").glob("flash_api-*.o"))
+    script = broken / "export-all.map"
+    script.write_text("{ global: *; };\n")
+    linked = _in_toolchain(repo, ["nvcc", "-shared", "--cudart=static", f"-Xlinker=--version-script={script}",
+                                  "-Xlinker=-soname,libflash_attn_standalone.so." + version.split(".")[0],
+                                  "-o", str(lib), str(api_object)])
+    assert linked.returncode == 0, linked.stdout + linked.stderr
+    result = invoke(repo, "verify", str(lib))
+    assert result.returncode == 7
+    report = result.stdout + result.stderr
+    assert "[FAIL] nm: all 1 planned instantiations are in the library" in report
+    assert "flash::run_mha_fwd_<cutlass::half_t, 64, false>" in report
+    assert "[FAIL] nm -D: exports exactly the" in report
+    assert "exported but not in src/exports.map" in report
+    assert "Traceback" not in report
+
+
+def _in_toolchain(repo, argv):
+    """Run a command in the smoke entry's toolchain image, the repo mounted at its path."""
+    import docker
+
+    from flashbuild.container import ToolchainContainer
+    from flashbuild.images import ensure_image
+
+    spec = load_config(repo / "matrix.yaml").matrix("smoke").entries[0].image
+    client = docker.from_env()
+    image = ensure_image(client, spec, repo, repo / "build" / "logs", log=lambda m: None)
+    with ToolchainContainer(client, image.tag, repo, "test") as container:
+        result = container.exec(argv)
+    return subprocess.CompletedProcess(argv, result.exit_code, result.output, "")

@@ -1,0 +1,81 @@
+"""Export writes a complete artifact or nothing."""
+
+import hashlib
+import json
+import os
+import tarfile
+
+import pytest
+
+from flashbuild import export
+from flashbuild.errors import ExportError
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    built = tmp_path / "built"
+    built.mkdir()
+    library = built / "libflash_attn_standalone.so.0.1.0"
+    library.write_bytes(b"\x7fELF fake library")
+    header = built / "flash_attn_standalone.h"
+    header.write_text("/* header */\n")
+    binary = built / "test_varlen_inference"
+    binary.write_bytes(b"\x7fELF fake binary")
+    return library, header, binary
+
+
+def test_complete_artifact(tmp_path, inputs):
+    artifacts = tmp_path / "artifacts"
+    folder, tarball = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"matrix": "smoke"})
+    assert folder == artifacts / "0.1.0" / "e1"
+    assert os.readlink(folder / "lib" / "libflash_attn_standalone.so.0") == "libflash_attn_standalone.so.0.1.0"
+    assert os.readlink(folder / "lib" / "libflash_attn_standalone.so") == "libflash_attn_standalone.so.0"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["version"] == "0.1.0" and manifest["matrix"] == "smoke"
+    assert set(manifest["files"]) == {"lib/libflash_attn_standalone.so.0.1.0", "include/flash_attn_standalone.h",
+                                      "bin/test_varlen_inference"}
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ")
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+        link = tar.getmember("flash_attn_standalone-0.1.0-e1/lib/libflash_attn_standalone.so.0")
+    assert "flash_attn_standalone-0.1.0-e1/manifest.json" in names
+    assert link.issym()
+    assert (artifacts / "0.1.0" / f"{tarball.name}.sha256").read_text().startswith(
+        hashlib.sha256(tarball.read_bytes()).hexdigest())
+    assert not list((artifacts / "0.1.0").glob(".*")), "no staging left behind"
+
+
+def test_failure_midway_leaves_nothing_complete_looking(tmp_path, inputs, monkeypatch):
+    artifacts = tmp_path / "artifacts"
+
+    def broken_open(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export.tarfile, "open", broken_open)
+    with pytest.raises(ExportError, match="No space left"):
+        export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {})
+    assert list((artifacts / "0.1.0").iterdir()) == []
+
+
+def test_failed_reexport_keeps_the_previous_artifact(tmp_path, inputs, monkeypatch):
+    artifacts = tmp_path / "artifacts"
+    folder, _ = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 1})
+    monkeypatch.setattr(export.tarfile, "open", lambda *a, **k: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(ExportError):
+        export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 2})
+    assert json.loads((folder / "manifest.json").read_text())["build"] == 1
+
+
+def test_reexport_replaces_and_stale_staging_is_cleaned(tmp_path, inputs):
+    artifacts = tmp_path / "artifacts"
+    export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 1})
+    leftover = artifacts / "0.1.0" / ".staging-e1-interrupted"
+    leftover.mkdir()
+    export.clean_stale_staging(artifacts)
+    assert not leftover.exists()
+    folder, _ = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 2})
+    assert json.loads((folder / "manifest.json").read_text())["build"] == 2
+    assert sorted(p.name for p in (artifacts / "0.1.0").iterdir()) == [
+        "e1", "flash_attn_standalone-0.1.0-e1.tar.gz", "flash_attn_standalone-0.1.0-e1.tar.gz.sha256"]

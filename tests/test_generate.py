@@ -1,0 +1,41 @@
+import shutil
+
+from flashbuild.generate import registry_text, stale_files, write_kernels
+from flashbuild.options import load_config
+from flashbuild.plan import make_plan
+
+
+def test_committed_kernels_match_the_generator(repo):
+    config = load_config(repo / "matrix.yaml")
+    assert stale_files(config.matrices.values(), repo / "kernels") == [], "run `invoke generate`"
+
+
+def test_one_instantiation_per_file_named_by_its_parameters(repo):
+    text = (repo / "kernels" / "fa2_fwd_hdim128_bf16_causal_sm90.cu").read_text()
+    assert text.count("run_mha_fwd_<") == 1
+    assert "run_mha_fwd_<cutlass::bfloat16_t, 128, true>" in text
+    split = (repo / "kernels" / "fa2_fwd_split_hdim64_fp16_sm90.cu").read_text()
+    assert split.count("template void run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>") == 1
+
+
+def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
+    config = load_config(repo / "matrix.yaml")
+    kernels = tmp_path / "kernels"
+    shutil.copytree(repo / "kernels", kernels)
+    (kernels / "fa2_fwd_hdim64_fp16_sm90.cu").write_text("// edited\n")
+    (kernels / "fa2_fwd_hdim96_bf16_sm90.cu").unlink()
+    (kernels / "stray.cu").write_text("")
+    problems = stale_files(config.matrices.values(), kernels)
+    assert sorted(problems) == ["differs fa2_fwd_hdim64_fp16_sm90.cu", "extra stray.cu",
+                               "missing fa2_fwd_hdim96_bf16_sm90.cu"]
+    written, removed = write_kernels(config.matrices.values(), kernels)
+    assert sorted(written) == ["fa2_fwd_hdim64_fp16_sm90.cu", "fa2_fwd_hdim96_bf16_sm90.cu"]
+    assert removed == ["stray.cu"]
+    assert stale_files(config.matrices.values(), kernels) == []
+
+
+def test_registry_lists_exactly_the_entry_kernels(repo):
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix("minimal"))
+    lines = [l for l in registry_text(plan.entries[0].kernels).splitlines() if l.startswith("FAS_")]
+    assert len(lines) == 8
+    assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines

@@ -1,0 +1,102 @@
+"""matrix.yaml validation: every bad input is one ConfigError (exit code 2) that names
+where the problem is and how to fix it."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from flashbuild.errors import ConfigError
+from flashbuild.options import load_config
+
+
+def good_document(repo):
+    return yaml.safe_load((repo / "matrix.yaml").read_text())
+
+
+def write(tmp_path, document) -> str:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(document) if not isinstance(document, str) else document)
+    return path
+
+
+def entry(doc, matrix="minimal"):
+    return doc["matrices"][matrix]["entries"][0]
+
+
+def test_committed_matrix_is_valid(repo):
+    config = load_config(repo / "matrix.yaml")
+    assert set(config.matrices) == {"smoke", "minimal", "full"}
+    assert config.matrix("minimal").entries[0].archs == ("sm_90a",)
+
+
+BAD = {
+    "unknown key in entry": (lambda d: entry(d).update(colour="blue"),
+                             "matrices.minimal.entries[0]: unknown key 'colour'"),
+    "unknown top-level key": (lambda d: d.update(extras=1), "(top level): unknown key 'extras'"),
+    "wrong type for archs": (lambda d: entry(d).update(archs="sm_90a"),
+                             "matrices.minimal.entries[0].archs: 'sm_90a' is not of type array"),
+    "wrong type for head dim": (lambda d: entry(d)["kernels"][0].update(head_dims=["128"]),
+                                "matrices.minimal.entries[0].kernels[0].head_dims[0]: '128' is not allowed"),
+    "unsupported arch": (lambda d: entry(d).update(archs=["sm_90a", "sm_70"]),
+                         "matrices.minimal.entries[0].archs[1]: 'sm_70' is not allowed"),
+    "no hopper arch": (lambda d: entry(d).update(archs=["sm_80"]),
+                       "matrices.minimal.entries[0].archs: must contain 'sm_90a'"),
+    "arch smuggled into flags": (lambda d: entry(d).update(flags=["-O3", "-gencode=arch=compute_70,code=sm_70"]),
+                                 "matrices.minimal.entries[0].flags[1]"),
+    "missing key": (lambda d: entry(d).pop("cuda"), "matrices.minimal.entries[0]: 'cuda' is a required property"),
+    "unknown image": (lambda d: entry(d).update(image="ubuntu"), "matrices.minimal.entries[0].image: unknown image"),
+    "cuda mismatch": (lambda d: entry(d).update(cuda="12.8"), "entry asks for CUDA 12.8 but image"),
+    "duplicate entry name": (lambda d: d["matrices"]["minimal"]["entries"].append(dict(entry(d))),
+                             "duplicate entry name 'minimal-cuda12.4-sm90a'"),
+    "duplicate entry name across matrices": (lambda d: entry(d, "full").update(name=entry(d)["name"]),
+                                             "duplicate entry name 'minimal-cuda12.4-sm90a'"),
+    "negative memory estimate": (lambda d: entry(d)["memory_estimates_gb"].update(fa2_fwd=-1),
+                                 "memory_estimates_gb.fa2_fwd"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_matrix_is_one_clear_error(repo, tmp_path, case):
+    mutate, expected = BAD[case]
+    document = good_document(repo)
+    mutate(document)
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, document))
+    assert expected in raised.value.message
+    assert raised.value.fix, "every config error says how to fix it"
+    assert raised.value.exit_code == 2
+
+
+def test_duplicate_yaml_key_is_rejected(tmp_path):
+    text = textwrap.dedent("""\
+        schema_version: 1
+        images: {}
+        matrices: {}
+        matrices: {}
+        """)
+    with pytest.raises(ConfigError, match="line 4: key 'matrices' appears twice"):
+        load_config(write(tmp_path, text))
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+: invalid YAML"):
+        load_config(write(tmp_path, "schema_version: 1\nimages: [unclosed\n"))
+
+
+def test_unknown_matrix_lists_the_known_ones(repo):
+    with pytest.raises(ConfigError) as raised:
+        load_config(repo / "matrix.yaml").matrix("huge")
+    assert "unknown matrix 'huge'" in raised.value.message
+    assert "full, minimal, smoke" in raised.value.fix
+
+
+def test_cli_reports_bad_matrix_without_traceback(repo):
+    result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "huge", "--dry-run"],
+                            cwd=repo, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "unknown matrix 'huge'" in result.stderr
+    assert "fix: use one of" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout

@@ -1,0 +1,127 @@
+"""Source fetching: index resolution, hash pinning, cache, offline, safe extraction."""
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+
+from flashbuild import sources
+from flashbuild.errors import SourceError
+
+
+def make_tar(path, members):
+    """members: list of (TarInfo-updating dict, bytes or None)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for spec, data in members:
+            info = tarfile.TarInfo(spec["name"])
+            for key, value in spec.items():
+                setattr(info, key, value)
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def pin_for(path, name="demo"):
+    return sources.SourcePin(name=name, version="1.0", filename=path.name,
+                             sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                             kernels="demo-1.0/src", cutlass="demo-1.0/cutlass")
+
+
+@pytest.fixture
+def good_archive(tmp_path):
+    return make_tar(tmp_path / "demo-1.0.tar.gz", [
+        ({"name": "demo-1.0/src/a.h"}, b"int a;\n"),
+        ({"name": "demo-1.0/cutlass/b.h"}, b"int b;\n"),
+        ({"name": "demo-1.0/src/link.h", "type": tarfile.SYMTYPE, "linkname": "a.h"}, None),
+    ])
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("member", [
+    {"name": "/etc/evil"},
+    {"name": "demo-1.0/../../evil"},
+    {"name": "demo-1.0/escape", "type": tarfile.SYMTYPE, "linkname": "../../../etc/passwd"},
+    {"name": "demo-1.0/abs", "type": tarfile.SYMTYPE, "linkname": "/etc/passwd"},
+    {"name": "demo-1.0/dev", "type": tarfile.CHRTYPE},
+])
+def test_unsafe_members_are_refused(tmp_path, member):
+    data = b"x" if member.get("type", tarfile.REGTYPE) == tarfile.REGTYPE else None
+    archive = make_tar(tmp_path / "bad.tar.gz", [({"name": "demo-1.0/ok.h"}, b"ok"), (member, data)])
+    destination = tmp_path / "third_party" / "demo-1.0"
+    with pytest.raises(SourceError, match="outside the tree|device or fifo"):
+        sources.safe_extract(archive, destination)
+    assert not destination.exists()
+    assert list((tmp_path / "third_party").iterdir()) == [], "no half-extracted staging left"
+
+
+def test_local_file_is_verified_cached_and_extracted(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    fetched = sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=lambda m: None)
+    assert (fetched.kernels_dir / "a.h").read_text() == "int a;\n"
+    assert (fetched.kernels_dir / "link.h").resolve() == (fetched.kernels_dir / "a.h").resolve()
+    # Cached by hash: works offline afterwards, even into a fresh tree.
+    again = sources.fetch(pin, tmp_path / "elsewhere", offline=True, log=lambda m: None)
+    assert (again.cutlass_include / "b.h").is_file()
+
+
+def test_local_file_with_wrong_hash_is_refused(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    impostor = make_tar(tmp_path / "other.tar.gz", [({"name": "demo-1.0/src/a.h"}, b"int evil;\n")])
+    with pytest.raises(SourceError, match="has sha256 .* but sources.lock.yaml pins"):
+        sources.fetch(pin, tmp_path / "third_party", local=impostor, log=lambda m: None)
+
+
+def test_offline_without_cache_says_what_to_do(tmp_path, good_archive):
+    with pytest.raises(SourceError) as raised:
+        sources.fetch(pin_for(good_archive), tmp_path / "third_party", offline=True, log=lambda m: None)
+    assert "--offline" in raised.value.message and "--local" in raised.value.fix
+
+
+def test_resolves_through_the_configured_index(tmp_path, good_archive, monkeypatch):
+    index = tmp_path / "index"
+    project = index / "demo"
+    project.mkdir(parents=True)
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / good_archive.name).write_bytes(good_archive.read_bytes())
+    pin = pin_for(good_archive)
+    (project / "index.html").write_text(
+        f'<a href="file://{files}/{good_archive.name}#sha256={pin.sha256}">{good_archive.name}</a>')
+    monkeypatch.setenv("PIP_INDEX_URL", f"file://{index}")
+    monkeypatch.setattr(sources, "_pip_config", lambda: {"index-url": f"file://{index}"})
+    fetched = sources.fetch(pin, tmp_path / "third_party", log=lambda m: None)
+    assert (fetched.kernels_dir / "a.h").is_file()
+
+
+def test_index_listing_a_different_hash_is_refused(tmp_path, good_archive, monkeypatch):
+    index = tmp_path / "index"
+    (index / "demo").mkdir(parents=True)
+    (index / "demo" / "index.html").write_text(f'<a href="file:///x/{good_archive.name}#sha256={"0" * 64}">x</a>')
+    monkeypatch.setattr(sources, "_pip_config", lambda: {"index-url": f"file://{index}"})
+    with pytest.raises(SourceError, match="the index lists"):
+        sources.fetch(pin_for(good_archive), tmp_path / "third_party", log=lambda m: None)
+
+
+def test_lock_file_pins_flash_attn(repo):
+    pins = sources.load_lock(repo / "sources.lock.yaml")
+    assert pins["flash-attn"].version == "2.8.3"
+    assert pins["flash-attn"].sha256 == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+
+
+FORBIDDEN_HOSTS = ["pypi" + ".org", "python" + "hosted", "deb.debian" + ".org", "docker" + ".io/"]
+
+
+def test_the_repo_names_no_index_host(repo):
+    tracked = [p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts
+               and not p.is_relative_to(repo / "third_party") and not p.is_relative_to(repo / "build")
+               and not p.is_relative_to(repo / "artifacts") and p.suffix in {".py", ".yaml", ".md", ".json", ""}]
+    for path in tracked:
+        text = path.read_text(errors="replace")
+        for host in FORBIDDEN_HOSTS:
+            assert host not in text, f"{path} names {host}"
