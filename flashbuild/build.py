@@ -193,7 +193,7 @@ def _manifest(plan, result, fetched, toolchain, report, compiler) -> dict:
     tus = []
     for tu in plan_kernels_and_host(result):
         r = by_name.get(tu["name"])
-        recorded = stats.get(f"{result.plan.name}/{tu['name']}", {})
+        recorded = stats.get(result.plan.stats_key(tu["name"]), {})
         tus.append({**tu, "cached": bool(r and r.cached),
                     "wall_s": round(r.wall_s, 1) if r and r.wall_s else recorded.get("wall_s"),
                     "peak_rss_kb": (r.peak_rss_kb if r and r.peak_rss_kb else recorded.get("peak_rss_kb"))})

@@ -199,7 +199,7 @@ class EntryCompiler:
             stats = {}
         for r in results:
             if not r.cached and r.peak_rss_kb:
-                stats[f"{self.plan.name}/{r.name}"] = {"peak_rss_kb": r.peak_rss_kb, "wall_s": round(r.wall_s, 1)}
+                stats[self.plan.stats_key(r.name)] = {"peak_rss_kb": r.peak_rss_kb, "wall_s": round(r.wall_s, 1)}
         self.stats_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.stats_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
@@ -211,7 +211,7 @@ class EntryCompiler:
         for tu in self.plan.kernels:
             estimate, _ = self.plan.estimate_bytes(tu, peaks)
             jobs.append(Job(tu.name, estimate, ("kernel", tu)))
-        host_estimate = peaks.get(f"{self.plan.name}/flash_api",
+        host_estimate = peaks.get(self.plan.stats_key("flash_api"),
                                   int(self.plan.entry.memory_estimates_gb["host"] * 1024**3))
         jobs.append(Job("flash_api", host_estimate, ("host", registry)))
         jobs.append(Job("glibc_compat", host_estimate, ("compat", None)))

@@ -67,10 +67,14 @@ class EntryPlan:
     def name(self) -> str:
         return self.entry.name
 
+    def stats_key(self, tu_name: str) -> str:
+        """Recorded costs are per TU and arch list: the same TU costs the same in any entry."""
+        return f"{tu_name}@{'+'.join(self.entry.archs)}"
+
     def estimate_bytes(self, tu: KernelTU, recorded_peaks: dict) -> tuple[int, str]:
         """Memory to reserve for one TU: its recorded peak RSS if a build measured it, else the
         matrix's per-family default. Returns (bytes, where the number came from)."""
-        key = f"{self.entry.name}/{tu.name}"
+        key = self.stats_key(tu.name)
         if key in recorded_peaks:
             return int(recorded_peaks[key]), "recorded"
         return int(self.entry.memory_estimates_gb[tu.family] * GIB), "matrix default"

@@ -40,7 +40,7 @@ def test_estimates_prefer_recorded_peaks(repo):
     tu = entry.kernels[0]
     default, origin = entry.estimate_bytes(tu, {})
     assert origin == "matrix default" and default == int(4.6 * 1024**3)
-    recorded, origin = entry.estimate_bytes(tu, {f"{entry.name}/{tu.name}": 3_000_000_000})
+    recorded, origin = entry.estimate_bytes(tu, {f"{tu.name}@sm_90a": 3_000_000_000})
     assert (recorded, origin) == (3_000_000_000, "recorded")
 
 
