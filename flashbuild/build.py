@@ -3,6 +3,7 @@ matrix -> plan -> jobs -> objects -> library -> verified artifact."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from . import compile as compile_stage
 from . import export, images, sources, verify
 from .container import ToolchainContainer, docker_client
-from .errors import ConfigError
+from .errors import ConfigError, VerifyError
 from .generate import stale_files
 from .options import load_config
 from .plan import BuildPlan, make_plan
@@ -87,7 +88,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name))
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    peaks = _recorded_peaks(paths, plan)
+    peaks = compile_stage.recorded_peaks(paths.build)
     console.print(describe_plan(plan, budget, peaks))
     if dry_run:
         return []
@@ -108,8 +109,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
                                                    fetched["flash-attn"], container)
             results = _compile_with_progress(compiler, budget)
             result = compiler.link(results)
-            run = lambda argv: (lambda r: (r.exit_code, r.output))(container.exec(argv))
-            report = verify_build(run, result, paths)
+            report = verify_build(container.run_tool, result, paths)
             verify.raise_if_failed(report)
             console.print(report.render())
             toolchain = {**images.describe(image), "nvcc": container.check(["nvcc", "--version"]).strip().splitlines()[-1]}
@@ -121,16 +121,6 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         exported.append(folder)
     log(f"matrix {plan.matrix.name} done in {time.monotonic() - started:.0f} s")
     return exported
-
-
-def _recorded_peaks(paths: Paths, plan: BuildPlan) -> dict:
-    import json
-
-    try:
-        stats = json.loads((paths.build / compile_stage.STATS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v["peak_rss_kb"] * 1024 for k, v in stats.items() if v.get("peak_rss_kb")}
 
 
 def _compile_with_progress(compiler: compile_stage.EntryCompiler, budget: Budget):
@@ -182,13 +172,7 @@ def _expectation(result: compile_stage.EntryBuild, paths: Paths) -> verify.Expec
 
 
 def _manifest(plan, result, fetched, toolchain, report, compiler) -> dict:
-    stats = {}
-    try:
-        import json
-
-        stats = json.loads(compiler.stats_path.read_text())
-    except (OSError, ValueError):
-        pass
+    stats = compile_stage.recorded_stats(compiler.build_root)
     by_name = {r.name: r for r in result.tu_results}
     tus = []
     for tu in plan_kernels_and_host(result):
@@ -224,10 +208,6 @@ def plan_kernels_and_host(result) -> list[dict]:
 def verify_path(repo: Path, target: Path) -> verify.Report:
     """`invoke verify PATH`: an artifact folder, or a library inside one (its manifest.json
     says what it must hold)."""
-    import json
-
-    from .errors import VerifyError
-
     paths = Paths(repo.resolve())
     target = target.resolve()
     if not target.exists():
@@ -262,6 +242,5 @@ def verify_path(repo: Path, target: Path) -> verify.Report:
     image = images.ensure_image(client, spec, paths.repo, paths.build / "logs", log)
     # Mount what is being verified: the repo is always mounted; a library outside it is copied in.
     with ToolchainContainer(client, image.tag, paths.repo, "verify", extra_mounts=[library.parent]) as container:
-        run = lambda argv: (lambda r: (r.exit_code, r.output))(container.exec(argv))
-        verify.verify_library(run, library, expect, report)
+        verify.verify_library(container.run_tool, library, expect, report)
     return report

@@ -46,6 +46,18 @@ def read_version(repo_root: Path) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
+def recorded_stats(build_root: Path) -> dict:
+    """Per-TU wall time and peak RSS of earlier builds, by EntryPlan.stats_key."""
+    try:
+        return json.loads((build_root / STATS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def recorded_peaks(build_root: Path) -> dict:
+    return {k: v["peak_rss_kb"] * 1024 for k, v in recorded_stats(build_root).items() if v.get("peak_rss_kb")}
+
+
 def gencode_flags(archs) -> list[str]:
     flags = []
     for arch in archs:
@@ -185,18 +197,8 @@ class EntryCompiler:
                              flags=flags)
 
     # -- the entry ------------------------------------------------------------------------
-    def load_recorded_peaks(self) -> dict:
-        try:
-            stats = json.loads(self.stats_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return {k: v["peak_rss_kb"] * 1024 for k, v in stats.items() if v.get("peak_rss_kb")}
-
     def _record(self, results: list[TUResult]) -> None:
-        try:
-            stats = json.loads(self.stats_path.read_text())
-        except (OSError, ValueError):
-            stats = {}
+        stats = recorded_stats(self.build_root)
         for r in results:
             if not r.cached and r.peak_rss_kb:
                 stats[self.plan.stats_key(r.name)] = {"peak_rss_kb": r.peak_rss_kb, "wall_s": round(r.wall_s, 1)}
@@ -206,7 +208,7 @@ class EntryCompiler:
         os.replace(tmp, self.stats_path)
 
     def jobs(self, registry: Path) -> list[Job]:
-        peaks = self.load_recorded_peaks()
+        peaks = recorded_peaks(self.build_root)
         jobs = []
         for tu in self.plan.kernels:
             estimate, _ = self.plan.estimate_bytes(tu, peaks)

@@ -94,6 +94,11 @@ class ToolchainContainer:
         code, output = self._container.exec_run(argv, workdir=str(self.repo_root))
         return ExecResult(code, output.decode("utf-8", "replace"))
 
+    def run_tool(self, argv: list[str]) -> tuple[int, str]:
+        """The (exit code, output) form verify.py takes its tools in."""
+        result = self.exec(argv)
+        return result.exit_code, result.output
+
     def check(self, argv: list[str]) -> str:
         result = self.exec(argv)
         if result.exit_code != 0:

@@ -8,7 +8,6 @@ complete, so an interrupted or failed build never leaves a complete-looking arti
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import shutil
@@ -17,17 +16,10 @@ import tempfile
 from pathlib import Path
 
 from .errors import ExportError
+from .hashing import sha256_of
 
 PRODUCT = "flash_attn_standalone"
 MANIFEST_SCHEMA = 1
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def version_string(version: tuple[int, int, int]) -> str:
@@ -55,7 +47,7 @@ def _populate(staging: Path, library: Path, header: Path, test_binary: Path) -> 
 
 def _file_hashes(root: Path) -> dict[str, str]:
     return {
-        str(path.relative_to(root)): _sha256(path)
+        str(path.relative_to(root)): sha256_of(path)
         for path in sorted(root.rglob("*"))
         if path.is_file() and not path.is_symlink()
     }
@@ -93,7 +85,7 @@ def export_artifact(artifacts_root: Path, version: str, entry: str, library: Pat
             os.replace(final_dir, previous)
         os.replace(staging, final_dir)
         os.replace(tmp_tarball, tarball)
-        (version_dir / f"{tarball.name}.sha256").write_text(f"{_sha256(tarball)}  {tarball.name}\n")
+        (version_dir / f"{tarball.name}.sha256").write_text(f"{sha256_of(tarball)}  {tarball.name}\n")
         if previous:
             shutil.rmtree(previous, ignore_errors=True)
     except OSError as exc:

@@ -10,7 +10,6 @@ an input changes.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 import subprocess

@@ -9,7 +9,6 @@ the sha256 in sources.lock.yaml. Downloads are cached by hash, so later runs (an
 
 from __future__ import annotations
 
-import hashlib
 import html.parser
 import json
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from .errors import ConfigError, SourceError
+from .hashing import sha256_of
 
 STAMP = ".flashbuild-source.json"
 
@@ -77,14 +77,6 @@ def load_lock(path: Path) -> dict[str, SourcePin]:
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "flashbuild" / "downloads"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def configured_indexes() -> list[str]:

@@ -13,7 +13,6 @@ import tarfile
 
 import pytest
 
-from flashbuild.plan import make_plan
 from flashbuild.options import load_config
 
 
