@@ -111,8 +111,8 @@ def verify(c, path):
     from flashbuild.verify import raise_if_failed
 
     report = verify_path(REPO, Path(path))
+    raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")
     print(report.render())
-    raise_if_failed(report)
 
 
 @task(help={"k": "only tests matching this pytest -k expression"})

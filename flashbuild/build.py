@@ -110,7 +110,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             results = _compile_with_progress(compiler, budget)
             result = compiler.link(results)
             report = verify_build(container.run_tool, result, paths)
-            verify.raise_if_failed(report)
+            verify.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())
             toolchain = {**images.describe(image), "nvcc": container.check(["nvcc", "--version"]).strip().splitlines()[-1]}
         manifest = _manifest(plan, result, fetched, toolchain, report, compiler)

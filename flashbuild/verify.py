@@ -236,6 +236,6 @@ def verify_test_binary(run: Runner, binary: Path, soname: str, report: Report) -
                f"it needs GLIBC_{newest[0]}.{newest[1]}" if newest else "")
 
 
-def raise_if_failed(report: Report) -> None:
+def raise_if_failed(report: Report, fix: str) -> None:
     if not report.ok:
-        raise VerifyError(report.render(), fix="see the FAIL lines above; the artifact was not exported")
+        raise VerifyError(report.render(), fix=fix)

@@ -81,8 +81,9 @@ def test_verify_passes_on_the_artifact(smoke_artifact):
 
 
 def test_verify_fails_clearly_on_a_broken_library(smoke_artifact, tmp_path):
-    """Relink the smoke library without its kernel object and exporting everything:
-    verify must name the missing instantiation and the extra exports, exit 7."""
+    """Relink the smoke library without its kernel object, plus an object with an extra
+    public function, exporting everything: verify must name the missing instantiation and
+    the extra export, and exit 7."""
     repo, version, folder, _ = smoke_artifact
     broken = repo / "build" / "broken-artifact"
     if broken.exists():
@@ -93,9 +94,12 @@ def test_verify_fails_clearly_on_a_broken_library(smoke_artifact, tmp_path):
     api_object = next((repo / "build" / "objects").glob("flash_api-*.o"))
     script = broken / "export-all.map"
     script.write_text("{ global: *; };\n")
-    linked = _in_toolchain(repo, ["nvcc", "-shared", "--cudart=static", f"-Xlinker=--version-script={script}",
+    extra = broken / "extra.c"
+    extra.write_text('__attribute__((visibility("default"))) int fas_debug_dump(void) { return 1; }\n')
+    linked = _in_toolchain(repo, ["nvcc", "-shared", "--cudart=static", "-Xcompiler=-fPIC",
+                                  f"-Xlinker=--version-script={script}",
                                   "-Xlinker=-soname,libflash_attn_standalone.so." + version.split(".")[0],
-                                  "-o", str(lib), str(api_object)])
+                                  "-o", str(lib), str(api_object), str(extra)])
     assert linked.returncode == 0, linked.stdout + linked.stderr
     result = invoke(repo, "verify", str(lib))
     assert result.returncode == 7
@@ -103,7 +107,8 @@ def test_verify_fails_clearly_on_a_broken_library(smoke_artifact, tmp_path):
     assert "[FAIL] nm: all 1 planned instantiations are in the library" in report
     assert "flash::run_mha_fwd_<cutlass::half_t, 64, false>" in report
     assert "[FAIL] nm -D: exports exactly the" in report
-    assert "exported but not in src/exports.map" in report
+    assert "exported but not in src/exports.map: fas_debug_dump" in report
+    assert report.count("[FAIL] nm -D: exports exactly the") == 1, "the report is printed once"
     assert "Traceback" not in report
 
 

@@ -39,7 +39,7 @@ def test_estimates_prefer_recorded_peaks(repo):
     entry = plan.entries[0]
     tu = entry.kernels[0]
     default, origin = entry.estimate_bytes(tu, {})
-    assert origin == "matrix default" and default == int(4.6 * 1024**3)
+    assert origin == "matrix default" and default == int(5.0 * 1024**3)
     recorded, origin = entry.estimate_bytes(tu, {f"{tu.name}@sm_90a": 3_000_000_000})
     assert (recorded, origin) == (3_000_000_000, "recorded")
 
