@@ -1,0 +1,227 @@
+"""Attention forward benchmark: libflash_attn_standalone against PyTorch SDPA (cuDNN and
+flash backends), measured in the same run on the same GPU.
+
+Runs on a GPU machine with PyTorch (the library itself never needs it); loads the library
+from an exported artifact folder through ctypes:
+
+    python3 bench/bench_attention.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a
+
+Prints one markdown table: TFLOPS per implementation and the library's ratio to cuDNN.
+FLOPs are counted as 4 * B * H * Sq * Sk * D (two matmuls), halved for causal masks
+(the exact causal count, 4*B*H*D*Sq*(Sq+1)/2 for Sq == Sk, is within 1/S of that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FP16, BF16 = 0, 1
+
+
+class FwdArgs(ctypes.Structure):
+    """Mirror of fas_fwd_args in src/include/flash_attn_standalone.h (v1, 168 bytes)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+        ("out", ctypes.c_void_p), ("softmax_lse", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch_size", ctypes.c_int), ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int),
+        ("num_heads_q", ctypes.c_int), ("num_heads_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("q_row_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64),
+        ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
+        ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        ("total_q", ctypes.c_int),
+    ]
+
+
+class Library:
+    def __init__(self, artifact: Path):
+        candidates = sorted((artifact / "lib").glob("libflash_attn_standalone.so.*.*.*"))
+        if not candidates:
+            sys.exit(f"no libflash_attn_standalone.so.X.Y.Z under {artifact}/lib")
+        self.lib = ctypes.CDLL(str(candidates[0]))
+        self.lib.fas_fwd.argtypes = [ctypes.POINTER(FwdArgs)]
+        self.lib.fas_fwd.restype = ctypes.c_int
+        self.lib.fas_get_last_error.restype = ctypes.c_char_p
+        self.lib.fas_fwd_workspace_size.argtypes = [ctypes.POINTER(FwdArgs), ctypes.POINTER(ctypes.c_size_t)]
+        self.lib.fas_query_support.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        self.lib.fas_version_string.restype = ctypes.c_char_p
+        if ctypes.sizeof(FwdArgs) != 168:
+            sys.exit(f"FwdArgs mirror is {ctypes.sizeof(FwdArgs)} bytes, the header's struct is 168")
+
+    def kernel_head_dim(self, dtype: int, head_dim: int, causal: bool) -> int | None:
+        served = ctypes.c_int(0)
+        status = self.lib.fas_query_support(dtype, head_dim, int(causal), ctypes.byref(served))
+        return served.value if status == 0 else None
+
+    def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0):
+        """A zero-argument callable that enqueues one forward on the current stream."""
+        args = FwdArgs()
+        args.struct_size = ctypes.sizeof(FwdArgs)
+        args.dtype = BF16 if q.dtype == torch.bfloat16 else FP16
+        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        if cu_q is None:
+            args.batch_size, args.max_seqlen_q, args.num_heads_q, args.head_dim = q.shape
+            args.max_seqlen_k, args.num_heads_k = k.shape[1], k.shape[2]
+        else:
+            args.cu_seqlens_q, args.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+            args.batch_size = cu_q.numel() - 1
+            args.max_seqlen_q, args.max_seqlen_k = max_q, max_k
+            _, args.num_heads_q, args.head_dim = q.shape
+            args.num_heads_k = k.shape[1]
+        args.causal = int(causal)
+        args.stream = torch.cuda.current_stream().cuda_stream
+        # Preallocated scratch (LSE) so the timed call allocates nothing.
+        size = ctypes.c_size_t(0)
+        self._check(self.lib.fas_fwd_workspace_size(ctypes.byref(args), ctypes.byref(size)))
+        workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+
+        def run():
+            self._check(self.lib.fas_fwd(ctypes.byref(args)))
+
+        run.keepalive = (args, workspace)
+        return run
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise RuntimeError(f"fas status {status}: {self.lib.fas_get_last_error().decode()}")
+
+
+def median_ms(fn, repeats: int) -> float:
+    """Median of `repeats` timings, each over enough back-to-back calls to fill ~20 ms."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    inner = max(1, min(200, int(20.0 / max(start.elapsed_time(end), 1e-3))))
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / inner)
+    return statistics.median(samples)
+
+
+def sdpa_fn(backend, q, k, v, causal):
+    """SDPA on [B, H, S, D] views of the same [B, S, H, D] tensors the library reads."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    gqa = q.shape[2] != k.shape[2]
+
+    def run():
+        with sdpa_kernel([backend]):
+            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
+
+    return run
+
+
+def try_time(fn, repeats):
+    try:
+        return median_ms(fn, repeats)
+    except RuntimeError as error:  # a backend that refuses a shape is reported, not fatal
+        return str(error).splitlines()[0][:60]
+
+
+def tflops(flops: float, ms) -> str:
+    if isinstance(ms, float):
+        return f"{flops / (ms * 1e-3) / 1e12:.0f}"
+    return ms if ms == "not built" else "n/a"
+
+
+def ratio(a, b) -> str:
+    return f"{b / a:.2f}x" if isinstance(a, float) and isinstance(b, float) else "n/a"
+
+
+def dense_rows(lib, args):
+    rows = []
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
+        for head_dim in args.head_dims:
+            for causal in (False, True):
+                served = lib.kernel_head_dim(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
+                for seqlen in args.seqlens:
+                    batch = max(1, args.total_tokens // seqlen)
+                    shape = (batch, seqlen, args.heads, head_dim)
+                    q, k, v = (torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
+                    out = torch.empty_like(q)
+                    flops = 4.0 * batch * args.heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+                    ours = (try_time(lib.forward_fn(q, k, v, out, causal), args.repeats)
+                            if served == head_dim else "not built")
+                    cudnn = try_time(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), args.repeats)
+                    flash = try_time(sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), args.repeats)
+                    rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}",
+                                 tflops(flops, ours), tflops(flops, cudnn), tflops(flops, flash),
+                                 ratio(ours, cudnn)))
+    return rows
+
+
+def varlen_row(lib, args):
+    """Qwen2.5-VL-3B-like LLM batch: 16 query / 2 KV heads, hdim 128, causal, 7 sequences,
+    16k tokens. SDPA has no varlen entry point: its number is one call per sequence."""
+    lengths = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
+    dtype = torch.bfloat16
+    total = sum(lengths)
+    q = torch.randn(total, 16, 128, dtype=dtype, device="cuda")
+    k, v = (torch.randn(total, 2, 128, dtype=dtype, device="cuda") for _ in range(2))
+    out = torch.empty_like(q)
+    offsets = [0]
+    for length in lengths:
+        offsets.append(offsets[-1] + length)
+    cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+    flops = sum(4.0 * 16 * n * n * 128 / 2 for n in lengths)
+    ours = try_time(lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
+    pieces = [(q[a:b].unsqueeze(0), k[a:b].unsqueeze(0), v[a:b].unsqueeze(0)) for a, b in zip(offsets, offsets[1:])]
+
+    def looped(backend):
+        fns = [sdpa_fn(backend, *p, True) for p in pieces]
+        return lambda: [f() for f in fns]
+
+    cudnn = try_time(looped(SDPBackend.CUDNN_ATTENTION), args.repeats)
+    flash = try_time(looped(SDPBackend.FLASH_ATTENTION), args.repeats)
+    return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", tflops(flops, ours), tflops(flops, cudnn),
+            tflops(flops, flash), ratio(ours, cudnn))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--artifact", type=Path, required=True, help="artifacts/<version>/<entry>/ folder")
+    parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"])
+    parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128, 256])
+    parser.add_argument("--seqlens", nargs="+", type=int, default=[1024, 4096, 16384])
+    parser.add_argument("--total-tokens", type=int, default=16384)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    lib = Library(args.artifact)
+    print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
+          f"library {lib.lib.fas_version_string().decode()} ({args.artifact.name})")
+    print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings")
+    print()
+    print("| dtype | hdim | mask | batch x seqlen | library TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | library / cuDNN |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in dense_rows(lib, args) + [varlen_row(lib, args)]:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
+if __name__ == "__main__":
+    main()
