@@ -72,14 +72,16 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
     return "\n".join(lines)
 
 
-def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: bool = False) -> dict:
+def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: bool = False,
+                  only: set[str] | None = None) -> dict:
+    """Fetch the pinned sources (all of them, or `only` those a plan needs)."""
     pins = sources.load_lock(paths.lock)
     unknown = set(local or {}) - set(pins)
     if unknown:
         raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
                           fix=f"use one of: {', '.join(sorted(pins))}")
     return {name: sources.fetch(pin, paths.third_party, (local or {}).get(name), offline, log)
-            for name, pin in pins.items()}
+            for name, pin in pins.items() if only is None or name in only}
 
 
 def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
@@ -97,7 +99,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         raise ConfigError(f"kernels/ does not match matrix.yaml: {', '.join(stale[:5])}",
                           fix="run `invoke generate` and commit kernels/")
     started = time.monotonic()
-    fetched = fetch_sources(paths, local, offline)
+    fetched = fetch_sources(paths, local, offline, only=plan.sources_needed)
     client = docker_client()
     exported = []
     export.clean_stale_staging(paths.artifacts)

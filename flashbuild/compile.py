@@ -121,8 +121,8 @@ class EntryCompiler:
             "-Xcompiler=-fPIC,-fvisibility=hidden",
             f"-I{self.repo_root / 'src/include'}",
             f"-I{self.repo_root / STANDINS}",
-            f"-I{self.source.kernels_dir.resolve()}",
-            f"-I{self.source.cutlass_include.resolve()}",
+            f"-I{self.source.path('kernels').resolve()}",
+            f"-I{self.source.path('cutlass').resolve()}",
         ]
 
     def api_flags(self, registry: Path) -> list[str]:

@@ -15,6 +15,8 @@ from .options import Entry, Matrix
 CUTLASS_TYPES = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 API_DTYPES = {"fp16": "FAS_DTYPE_FP16", "bf16": "FAS_DTYPE_BF16"}
 GIB = 1024**3
+# Which pinned upstream (sources.lock.yaml) each kernel family compiles from.
+FAMILY_SOURCES = {"fa2_fwd": "flash-attn", "fa2_fwd_split": "flash-attn"}
 
 
 @dataclass(frozen=True, order=True)
@@ -88,6 +90,10 @@ class BuildPlan:
     @property
     def kernel_count(self) -> int:
         return sum(len(e.kernels) for e in self.entries)
+
+    @property
+    def sources_needed(self) -> set[str]:
+        return {FAMILY_SOURCES[tu.family] for e in self.entries for tu in e.kernels}
 
 
 def kernels_of(entry: Entry) -> tuple[KernelTU, ...]:

@@ -1,7 +1,7 @@
 """Upstream sources: resolve through pip's index, download once, verify, extract safely.
 
 `pip download flash-attn` cannot be used: pip builds the sdist's metadata, which imports
-torch. So the file is looked up on the simple index pip itself is configured with
+torch. Wheels (flashinfer-python) are zip files and are extracted the same careful way. So the file is looked up on the simple index pip itself is configured with
 (`pip config`, else pip's built-in default), downloaded directly, and checked against
 the sha256 in sources.lock.yaml. Downloads are cached by hash, so later runs (and
 `--offline`) need no network; a local file can be named instead.
@@ -13,6 +13,7 @@ import html.parser
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -20,6 +21,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +39,7 @@ class SourcePin:
     version: str
     filename: str
     sha256: str
-    kernels: str
-    cutlass: str
+    paths: dict  # role -> folder inside the archive
 
     @property
     def extract_dir_name(self) -> str:
@@ -50,13 +51,8 @@ class FetchedSource:
     pin: SourcePin
     root: Path  # third_party/<name>-<version>
 
-    @property
-    def kernels_dir(self) -> Path:
-        return self.root / self.pin.kernels
-
-    @property
-    def cutlass_include(self) -> Path:
-        return self.root / self.pin.cutlass
+    def path(self, role: str) -> Path:
+        return self.root / self.pin.paths[role]
 
 
 def load_lock(path: Path) -> dict[str, SourcePin]:
@@ -65,12 +61,14 @@ def load_lock(path: Path) -> dict[str, SourcePin]:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read lock file {path}: {exc}", fix="restore sources.lock.yaml from git") from None
     pins = {}
-    required = ("version", "filename", "sha256", "kernels", "cutlass")
+    required = ("version", "filename", "sha256", "paths")
     for name, spec in (document or {}).items():
         missing = [k for k in required if not isinstance(spec, dict) or k not in spec]
-        if missing:
-            raise ConfigError(f"{path.name}: '{name}' lacks {', '.join(missing)}", fix="restore sources.lock.yaml from git")
-        pins[name] = SourcePin(name=name, **{k: str(spec[k]) for k in required})
+        if missing or not isinstance(spec["paths"], dict):
+            raise ConfigError(f"{path.name}: '{name}' lacks {', '.join(missing) or 'a paths mapping'}",
+                              fix="restore sources.lock.yaml from git")
+        pins[name] = SourcePin(name=name, version=str(spec["version"]), filename=str(spec["filename"]),
+                               sha256=str(spec["sha256"]), paths={k: str(v) for k, v in spec["paths"].items()})
     return pins
 
 
@@ -231,22 +229,37 @@ def _check_member(member: tarfile.TarInfo, root: Path) -> None:
         raise SourceError(f"archive member '{name}' is a device or fifo", fix="do not use this archive")
 
 
+def _extract_zip(archive: Path, staging: Path, root: Path) -> None:
+    with zipfile.ZipFile(archive) as bundle:
+        for info in bundle.infolist():
+            name = info.filename
+            target = (root / name).resolve()
+            if name.startswith("/") or ".." in Path(name).parts or not target.is_relative_to(root):
+                raise SourceError(f"archive member '{name}' would land outside the tree", fix="do not use this archive")
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise SourceError(f"archive member '{name}' is a symbolic link", fix="do not use this archive")
+        bundle.extractall(staging)
+
+
 def safe_extract(archive: Path, destination: Path) -> None:
-    """Extract a tar archive to destination atomically, refusing absolute paths, '..'
-    and links that leave the tree."""
+    """Extract a tar or zip (wheel) archive to destination atomically, refusing absolute
+    paths, '..' and links that leave the tree."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
         root = staging.resolve()
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            for member in members:
-                _check_member(member, root)
-            tar.extractall(staging, members=members, filter="data")
+        if zipfile.is_zipfile(archive):
+            _extract_zip(archive, staging, root)
+        else:
+            with tarfile.open(archive) as tar:
+                members = tar.getmembers()
+                for member in members:
+                    _check_member(member, root)
+                tar.extractall(staging, members=members, filter="data")
         if destination.exists():
             shutil.rmtree(destination)
         os.replace(staging, destination)
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise SourceError(f"cannot extract {archive.name}: {exc}", fix="delete the cached file and fetch again") from None
     finally:
         if staging.exists():
@@ -267,7 +280,8 @@ def fetch(pin: SourcePin, third_party: Path, local: Path | None = None, offline:
     safe_extract(archive, root)
     stamp.write_text(json.dumps({"name": pin.name, "version": pin.version, "sha256": pin.sha256}) + "\n")
     fetched = FetchedSource(pin, root)
-    for needed in (fetched.kernels_dir, fetched.cutlass_include):
+    for role in pin.paths:
+        needed = fetched.path(role)
         if not needed.is_dir():
             raise SourceError(f"{needed} is missing after extraction", fix="check the paths in sources.lock.yaml")
     return fetched

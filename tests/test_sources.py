@@ -26,7 +26,7 @@ def make_tar(path, members):
 def pin_for(path, name="demo"):
     return sources.SourcePin(name=name, version="1.0", filename=path.name,
                              sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-                             kernels="demo-1.0/src", cutlass="demo-1.0/cutlass")
+                             paths={"kernels": "demo-1.0/src", "cutlass": "demo-1.0/cutlass"})
 
 
 @pytest.fixture
@@ -63,11 +63,11 @@ def test_unsafe_members_are_refused(tmp_path, member):
 def test_local_file_is_verified_cached_and_extracted(tmp_path, good_archive):
     pin = pin_for(good_archive)
     fetched = sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=lambda m: None)
-    assert (fetched.kernels_dir / "a.h").read_text() == "int a;\n"
-    assert (fetched.kernels_dir / "link.h").resolve() == (fetched.kernels_dir / "a.h").resolve()
+    assert (fetched.path('kernels') / "a.h").read_text() == "int a;\n"
+    assert (fetched.path('kernels') / "link.h").resolve() == (fetched.path('kernels') / "a.h").resolve()
     # Cached by hash: works offline afterwards, even into a fresh tree.
     again = sources.fetch(pin, tmp_path / "elsewhere", offline=True, log=lambda m: None)
-    assert (again.cutlass_include / "b.h").is_file()
+    assert (again.path('cutlass') / "b.h").is_file()
 
 
 def test_local_file_with_wrong_hash_is_refused(tmp_path, good_archive):
@@ -96,7 +96,7 @@ def test_resolves_through_the_configured_index(tmp_path, good_archive, monkeypat
     monkeypatch.setenv("PIP_INDEX_URL", f"file://{index}")
     monkeypatch.setattr(sources, "_pip_config", lambda: {"index-url": f"file://{index}"})
     fetched = sources.fetch(pin, tmp_path / "third_party", log=lambda m: None)
-    assert (fetched.kernels_dir / "a.h").is_file()
+    assert (fetched.path('kernels') / "a.h").is_file()
 
 
 def test_index_listing_a_different_hash_is_refused(tmp_path, good_archive, monkeypatch):
@@ -108,10 +108,40 @@ def test_index_listing_a_different_hash_is_refused(tmp_path, good_archive, monke
         sources.fetch(pin_for(good_archive), tmp_path / "third_party", log=lambda m: None)
 
 
-def test_lock_file_pins_flash_attn(repo):
+def test_lock_file_pins_both_upstreams(repo):
     pins = sources.load_lock(repo / "sources.lock.yaml")
     assert pins["flash-attn"].version == "2.8.3"
     assert pins["flash-attn"].sha256 == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+    assert pins["flashinfer-python"].version == "0.7.2.post1"
+    assert pins["flashinfer-python"].sha256 == "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"
+
+
+def make_zip(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as bundle:
+        for name, data, mode in members:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            bundle.writestr(info, data)
+    return path
+
+
+def test_wheel_is_extracted(tmp_path):
+    wheel = make_zip(tmp_path / "demo-1.0-py3-none-any.whl", [
+        ("demo-1.0/src/a.h", b"int a;\n", 0o100644), ("demo-1.0/cutlass/b.h", b"int b;\n", 0o100644)])
+    fetched = sources.fetch(pin_for(wheel), tmp_path / "third_party", local=wheel, log=lambda m: None)
+    assert (fetched.path("kernels") / "a.h").read_text() == "int a;\n"
+
+
+@pytest.mark.parametrize("name, mode", [("../evil.h", 0o100644), ("/abs.h", 0o100644),
+                                        ("demo-1.0/link", 0o120777)])
+def test_unsafe_wheel_members_are_refused(tmp_path, name, mode):
+    wheel = make_zip(tmp_path / "bad-1.0-py3-none-any.whl", [("demo-1.0/ok.h", b"", 0o100644), (name, b"x", mode)])
+    destination = tmp_path / "third_party" / "demo-1.0"
+    with pytest.raises(SourceError, match="outside the tree|symbolic link"):
+        sources.safe_extract(wheel, destination)
+    assert not destination.exists()
 
 
 FORBIDDEN_HOSTS = ["pypi" + ".org", "python" + "hosted", "deb.debian" + ".org", "docker" + ".io/"]
