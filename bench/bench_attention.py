@@ -6,7 +6,11 @@ from an exported artifact folder through ctypes:
 
     python3 bench/bench_attention.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a
 
-Prints one markdown table: TFLOPS per implementation and the library's ratio to cuDNN.
+Prints one markdown table: TFLOPS per implementation and the library's ratio to cuDNN;
+the FA2 column is the one-call fas_fwd, which always runs the FA2 family.
+The library runs through its plan API (fas_plan_create once per batch layout, then
+fas_plan_run), which picks the SM90 family where it is built and FA2 otherwise; it is
+timed with the plan reused and, separately, with planning inside every call.
 FLOPs are counted as 4 * B * H * Sq * Sk * D (two matmuls), halved for causal masks
 (the exact causal count, 4*B*H*D*Sq*(Sq+1)/2 for Sq == Sk, is within 1/S of that).
 """
@@ -46,6 +50,41 @@ class FwdArgs(ctypes.Structure):
     ]
 
 
+class PlanArgs(ctypes.Structure):
+    """Mirror of fas_plan_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t), ("dtype", ctypes.c_int),
+        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("batch_size", ctypes.c_int),
+        ("num_heads_q", ctypes.c_int), ("num_heads_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("q_row_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64),
+        ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
+        ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int), ("disable_sm90", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class PlanRunArgs(ctypes.Structure):
+    """Mirror of fas_plan_run_args."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
+        ("softmax_lse", ctypes.c_void_p), ("stream", ctypes.c_void_p),
+    ]
+
+
+class PlanInfo(ctypes.Structure):
+    """Mirror of fas_plan_info."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t), ("family", ctypes.c_int), ("family_name", ctypes.c_char_p),
+        ("kernel_head_dim", ctypes.c_int), ("lse_layout", ctypes.c_int), ("total_q", ctypes.c_int),
+        ("total_k", ctypes.c_int), ("device", ctypes.c_int), ("device_bytes", ctypes.c_size_t),
+        ("sm90_unused_reason", ctypes.c_char_p),
+    ]
+
+
 class Library:
     def __init__(self, artifact: Path):
         candidates = sorted((artifact / "lib").glob("libflash_attn_standalone.so.*.*.*"))
@@ -60,6 +99,10 @@ class Library:
         self.lib.fas_version_string.restype = ctypes.c_char_p
         if ctypes.sizeof(FwdArgs) != 168:
             sys.exit(f"FwdArgs mirror is {ctypes.sizeof(FwdArgs)} bytes, the header's struct is 168")
+        self.lib.fas_plan_create.argtypes = [ctypes.POINTER(PlanArgs), ctypes.POINTER(ctypes.c_void_p)]
+        self.lib.fas_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanRunArgs)]
+        self.lib.fas_plan_destroy.argtypes = [ctypes.c_void_p]
+        self.lib.fas_plan_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanInfo)]
 
     def kernel_head_dim(self, dtype: int, head_dim: int, causal: bool) -> int | None:
         served = ctypes.c_int(0)
@@ -94,6 +137,49 @@ class Library:
 
         run.keepalive = (args, workspace)
         return run
+
+    def plan_fns(self, q, k, v, out, causal, lengths):
+        """(run with the plan reused, run with planning in every call, family name) for a
+        varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]."""
+        offsets = [0]
+        for length in lengths:
+            offsets.append(offsets[-1] + length)
+        host_offsets = (ctypes.c_int32 * len(offsets))(*offsets)
+        plan_args = PlanArgs()
+        plan_args.struct_size = ctypes.sizeof(PlanArgs)
+        plan_args.dtype = BF16 if q.dtype == torch.bfloat16 else FP16
+        plan_args.cu_seqlens_q = plan_args.cu_seqlens_k = ctypes.cast(host_offsets, ctypes.c_void_p)
+        plan_args.batch_size = len(lengths)
+        _, plan_args.num_heads_q, plan_args.head_dim = q.shape
+        plan_args.num_heads_k = k.shape[1]
+        plan_args.causal = int(causal)
+        plan_args.stream = torch.cuda.current_stream().cuda_stream
+        run_args = PlanRunArgs()
+        run_args.struct_size = ctypes.sizeof(PlanRunArgs)
+        run_args.q, run_args.k, run_args.v, run_args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        run_args.stream = plan_args.stream
+
+        def create():
+            handle = ctypes.c_void_p()
+            self._check(self.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle)))
+            return handle
+
+        plan = create()
+        info = PlanInfo()
+        info.struct_size = ctypes.sizeof(PlanInfo)
+        self._check(self.lib.fas_plan_get_info(plan, ctypes.byref(info)))
+
+        def reused():
+            self._check(self.lib.fas_plan_run(plan, ctypes.byref(run_args)))
+
+        def replanned():
+            handle = create()
+            self._check(self.lib.fas_plan_run(handle, ctypes.byref(run_args)))
+            torch.cuda.current_stream().synchronize()  # destroy only after the run completed
+            self._check(self.lib.fas_plan_destroy(handle))
+
+        reused.keepalive = replanned.keepalive = (plan_args, run_args, host_offsets, plan)
+        return reused, replanned, info.family_name.decode()
 
     def _check(self, status: int) -> None:
         if status != 0:
@@ -157,20 +243,28 @@ def dense_rows(lib, args):
         dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
         for head_dim in args.head_dims:
             for causal in (False, True):
-                served = lib.kernel_head_dim(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
+                fa2_served = lib.kernel_head_dim(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
                 for seqlen in args.seqlens:
                     batch = max(1, args.total_tokens // seqlen)
                     shape = (batch, seqlen, args.heads, head_dim)
                     q, k, v = (torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
                     out = torch.empty_like(q)
                     flops = 4.0 * batch * args.heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-                    ours = (try_time(lib.forward_fn(q, k, v, out, causal), args.repeats)
-                            if served == head_dim else "not built")
+                    family, ours, with_plan = "-", "not built", "not built"
+                    flat = [t.view(batch * seqlen, args.heads, head_dim) for t in (q, k, v, out)]
+                    try:
+                        reused, replanned, family = lib.plan_fns(*flat, causal, [seqlen] * batch)
+                        ours = try_time(reused, args.repeats)
+                        with_plan = try_time(replanned, args.repeats)
+                    except RuntimeError:
+                        pass  # no family of this build serves the shape
+                    fa2 = (try_time(lib.forward_fn(q, k, v, out, causal), args.repeats)
+                           if fa2_served == head_dim else "not built")
                     cudnn = try_time(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), args.repeats)
                     flash = try_time(sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), args.repeats)
-                    rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}",
-                                 tflops(flops, ours), tflops(flops, cudnn), tflops(flops, flash),
-                                 ratio(ours, cudnn)))
+                    rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}", family,
+                                 tflops(flops, ours), tflops(flops, with_plan), tflops(flops, fa2),
+                                 tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn)))
     return rows
 
 
@@ -186,9 +280,10 @@ def varlen_row(lib, args):
     offsets = [0]
     for length in lengths:
         offsets.append(offsets[-1] + length)
-    cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
     flops = sum(4.0 * 16 * n * n * 128 / 2 for n in lengths)
-    ours = try_time(lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
+    reused, replanned, family = lib.plan_fns(q, k, v, out, True, lengths)
+    ours = try_time(reused, args.repeats)
+    with_plan = try_time(replanned, args.repeats)
     pieces = [(q[a:b].unsqueeze(0), k[a:b].unsqueeze(0), v[a:b].unsqueeze(0)) for a, b in zip(offsets, offsets[1:])]
 
     def looped(backend):
@@ -197,8 +292,11 @@ def varlen_row(lib, args):
 
     cudnn = try_time(looped(SDPBackend.CUDNN_ATTENTION), args.repeats)
     flash = try_time(looped(SDPBackend.FLASH_ATTENTION), args.repeats)
-    return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", tflops(flops, ours), tflops(flops, cudnn),
-            tflops(flops, flash), ratio(ours, cudnn))
+    cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+    fa2 = try_time(lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
+    return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, tflops(flops, ours),
+            tflops(flops, with_plan), tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash),
+            ratio(ours, cudnn))
 
 
 def main() -> None:
@@ -217,8 +315,10 @@ def main() -> None:
           f"library {lib.lib.fas_version_string().decode()} ({args.artifact.name})")
     print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings")
     print()
-    print("| dtype | hdim | mask | batch x seqlen | library TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | library / cuDNN |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS, plan reused | library TFLOPS, "
+          "planning in each call | library FA2 (fas_fwd) TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | "
+          "library (plan reused) / cuDNN |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in dense_rows(lib, args) + [varlen_row(lib, args)]:
         print("| " + " | ".join(str(c) for c in row) + " |")
 

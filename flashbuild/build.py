@@ -108,7 +108,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
         with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name) as container:
             compiler = compile_stage.EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image,
-                                                   fetched["flash-attn"], container)
+                                                   fetched, container)
             results = _compile_with_progress(compiler, budget)
             result = compiler.link(results)
             report = verify_build(container.run_tool, result, paths)
@@ -202,8 +202,7 @@ def _manifest(plan, result, fetched, toolchain, report, compiler) -> dict:
 def plan_kernels_and_host(result) -> list[dict]:
     rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol, "source": str(tu.source)}
             for tu in result.plan.kernels]
-    rows.append({"name": "flash_api", "kind": "host", "source": str(compile_stage.API_SOURCE)})
-    rows.append({"name": "glibc_compat", "kind": "host", "source": str(compile_stage.COMPAT_SOURCE)})
+    rows += [{"name": name, "kind": "host", "source": str(path)} for name, path in compile_stage.HOST_TU_SOURCES.items()]
     return rows
 
 

@@ -22,20 +22,21 @@ from .container import ToolchainContainer
 from .errors import CompileError
 from .generate import registry_text
 from .images import ToolchainImage
-from .plan import EntryPlan, KernelTU
+from .plan import FAMILY_SOURCES, HOST_SOURCES, EntryPlan, KernelTU
 from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
 from .sources import FetchedSource
 
 LIBRARY = "libflash_attn_standalone"
 STATS_FILE = "tu-stats.json"
-API_SOURCE = Path("src/flash_api.cu")
-COMPAT_SOURCE = Path("src/glibc_compat.c")
+HOST_TU_SOURCES = {"flash_api": Path("src/flash_api.cu"), "sm90_plan": Path("src/sm90_plan.cu"),
+                   "glibc_compat": Path("src/glibc_compat.c")}
+SM90_HEADERS = Path("src/sm90")
 TEST_SOURCE = Path("src/test_varlen_inference.cpp")
 HEADER = Path("src/include/flash_attn_standalone.h")
 EXPORTS = Path("src/exports.map")
 STANDINS = Path("src/standins")
 LOG_TAIL_LINES = 40
-HOST_TUS = 2  # flash_api and glibc_compat
+HOST_TUS = len(HOST_SOURCES)
 
 
 def read_version(repo_root: Path) -> tuple[int, int, int]:
@@ -99,11 +100,11 @@ class EntryBuild:
 
 class EntryCompiler:
     def __init__(self, repo_root: Path, build_root: Path, matrix_name: str, plan: EntryPlan,
-                 image: ToolchainImage, source: FetchedSource, container: ToolchainContainer):
+                 image: ToolchainImage, sources: dict[str, FetchedSource], container: ToolchainContainer):
         self.repo_root = repo_root.resolve()
         self.plan = plan
         self.image = image
-        self.source = source
+        self.sources = sources
         self.container = container
         self.version = read_version(self.repo_root)
         self.build_root = build_root.resolve()
@@ -121,8 +122,23 @@ class EntryCompiler:
             "-Xcompiler=-fPIC,-fvisibility=hidden",
             f"-I{self.repo_root / 'src/include'}",
             f"-I{self.repo_root / STANDINS}",
-            f"-I{self.source.path('kernels').resolve()}",
-            f"-I{self.source.path('cutlass').resolve()}",
+        ]
+
+    def project_flags(self) -> list[str]:
+        """Our own src/ on the include path, for the SM90 kernels and the host TUs."""
+        return [f"-I{self.repo_root / 'src'}"]
+
+    def upstream_flags(self, source_name: str) -> list[str]:
+        """Include paths (and defines) for TUs compiled against one pinned upstream."""
+        source = self.sources[source_name]
+        if source_name == "flash-attn":
+            return [f"-I{source.path('kernels').resolve()}", f"-I{source.path('cutlass').resolve()}"]
+        # FlashInfer's SM90 templates need its own CCCL ahead of the toolkit's, and its CUTLASS 4.5.
+        return [
+            *(f"-I{source.path(role).resolve()}" for role in ("cub", "libcudacxx", "thrust", "include")),
+            *(arg for role in ("cutlass", "cutlass_util") for arg in ("-isystem", str(source.path(role).resolve()))),
+            "-DFLASHINFER_ENABLE_F16",
+            "-DFLASHINFER_ENABLE_BF16",
         ]
 
     def api_flags(self, registry: Path) -> list[str]:
@@ -134,24 +150,26 @@ class EntryCompiler:
             f"-DFAS_VERSION_PATCH={patch}",
         ] + (["-DFAS_BUILT_SM80=1"] if "sm_80" in self.plan.entry.archs else [])
 
-    def _standins_digest(self) -> str:
+    def _headers_digest(self, folders) -> str:
+        """Our own headers a TU includes: part of its cache key."""
         h = hashlib.sha256()
-        for path in sorted((self.repo_root / STANDINS).rglob("*")):
-            if path.is_file():
-                h.update(str(path.relative_to(self.repo_root)).encode())
-                h.update(path.read_bytes())
+        for folder in folders:
+            for path in sorted((self.repo_root / folder).rglob("*")):
+                if path.is_file():
+                    h.update(str(path.relative_to(self.repo_root)).encode())
+                    h.update(path.read_bytes())
         return h.hexdigest()
 
-    def _key(self, source_text: str, extra: str = "") -> str:
+    def _key(self, source_text: str, flags: list[str], source_name: str | None, headers, extra: str = "") -> str:
         h = hashlib.sha256()
-        for part in (source_text, json.dumps(self.common_flags()), self.image.image_id,
-                     self.source.pin.sha256, self._standins_digest(), extra):
+        pin = self.sources[source_name].pin.sha256 if source_name else ""
+        for part in (source_text, json.dumps(flags), self.image.image_id, pin, self._headers_digest(headers), extra):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
 
     # -- one TU ---------------------------------------------------------------------------
-    def _compile(self, name: str, kind: str, source: Path, key: str, extra_flags=(), flags=None) -> TUResult:
+    def _compile(self, name: str, kind: str, source: Path, key: str, flags: list[str]) -> TUResult:
         obj = self.object_dir / f"{name}-{key[:16]}.o"
         if obj.is_file():
             return TUResult(name, kind, obj, cached=True)
@@ -161,8 +179,7 @@ class EntryCompiler:
         time_path.unlink(missing_ok=True)
         partial = obj.with_suffix(".o.partial")
         argv = ["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
-                "nvcc", "-c", *(self.common_flags() if flags is None else flags), *extra_flags,
-                "-o", str(partial), str(source)]
+                "nvcc", "-c", *flags, "-o", str(partial), str(source)]
         started = time.monotonic()
         result = self.container.exec(argv, log_path=log_path)
         wall = time.monotonic() - started
@@ -182,19 +199,25 @@ class EntryCompiler:
         source = self.repo_root / tu.source
         if not source.is_file():
             raise CompileError(f"{tu.source} is missing", fix="run `invoke generate` to write kernels/")
-        return self._compile(tu.name, "kernel", source, self._key(source.read_text()))
+        upstream = FAMILY_SOURCES[tu.family]
+        flags = self.common_flags() + (self.project_flags() if tu.sm90 else []) + self.upstream_flags(upstream)
+        headers = [SM90_HEADERS] if tu.sm90 else [STANDINS]
+        return self._compile(tu.name, "kernel", source, self._key(source.read_text(), flags, upstream, headers), flags)
 
-    def _api_job(self, registry: Path) -> TUResult:
-        source = self.repo_root / API_SOURCE
-        flags = self.api_flags(registry)
-        extra = registry.read_text() + json.dumps(flags) + (self.repo_root / HEADER).read_text()
-        return self._compile("flash_api", "host", source, self._key(source.read_text(), extra), extra_flags=flags)
-
-    def _compat_job(self) -> TUResult:
-        source = self.repo_root / COMPAT_SOURCE
-        flags = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
-        return self._compile("glibc_compat", "host", source, self._key(source.read_text(), json.dumps(flags)),
-                             flags=flags)
+    def _host_job(self, name: str, registry: Path) -> TUResult:
+        source = self.repo_root / HOST_TU_SOURCES[name]
+        upstream = HOST_SOURCES[name]
+        if upstream is None:
+            # Plain C11 without _GNU_SOURCE: see src/glibc_compat.c.
+            flags = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
+            return self._compile(name, "host", source, self._key(source.read_text(), flags, None, []), flags)
+        flags = self.common_flags() + self.project_flags() + self.upstream_flags(upstream)
+        extra = ""
+        if name == "flash_api":
+            flags += self.api_flags(registry)
+            extra = registry.read_text()
+        headers = [Path("src/include"), SM90_HEADERS, STANDINS]
+        return self._compile(name, "host", source, self._key(source.read_text(), flags, upstream, headers, extra), flags)
 
     # -- the entry ------------------------------------------------------------------------
     def _record(self, results: list[TUResult]) -> None:
@@ -213,10 +236,9 @@ class EntryCompiler:
         for tu in self.plan.kernels:
             estimate, _ = self.plan.estimate_bytes(tu, peaks)
             jobs.append(Job(tu.name, estimate, ("kernel", tu)))
-        host_estimate = peaks.get(self.plan.stats_key("flash_api"),
-                                  int(self.plan.entry.memory_estimates_gb["host"] * 1024**3))
-        jobs.append(Job("flash_api", host_estimate, ("host", registry)))
-        jobs.append(Job("glibc_compat", host_estimate, ("compat", None)))
+        default = int(self.plan.entry.memory_estimates_gb["host"] * 1024**3)
+        for name in HOST_SOURCES:
+            jobs.append(Job(name, peaks.get(self.plan.stats_key(name), default), ("host", (name, registry))))
         return jobs
 
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
@@ -227,12 +249,7 @@ class EntryCompiler:
 
         def runner(job: Job) -> tuple[bool, TUResult]:
             kind, payload = job.payload
-            if kind == "kernel":
-                result = self._kernel_job(payload)
-            elif kind == "host":
-                result = self._api_job(payload)
-            else:
-                result = self._compat_job()
+            result = self._kernel_job(payload) if kind == "kernel" else self._host_job(*payload)
             return result.ok, result
 
         outcomes: list[Outcome] = run_jobs(self.jobs(registry), runner, budget, events)

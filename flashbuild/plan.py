@@ -14,14 +14,17 @@ from .options import Entry, Matrix
 
 CUTLASS_TYPES = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 API_DTYPES = {"fp16": "FAS_DTYPE_FP16", "bf16": "FAS_DTYPE_BF16"}
+API_DTYPE_VALUES = {"fp16": 0, "bf16": 1}  # the fas_dtype enum values, as SM90 template arguments
 GIB = 1024**3
 # Which pinned upstream (sources.lock.yaml) each kernel family compiles from.
-FAMILY_SOURCES = {"fa2_fwd": "flash-attn", "fa2_fwd_split": "flash-attn"}
+FAMILY_SOURCES = {"fa2_fwd": "flash-attn", "fa2_fwd_split": "flash-attn", "sm90_prefill": "flashinfer-python"}
+# Host TUs and the upstream each compiles against; every build links all of them.
+HOST_SOURCES = {"flash_api": "flash-attn", "sm90_plan": "flashinfer-python", "glibc_compat": None}
 
 
 @dataclass(frozen=True, order=True)
 class KernelTU:
-    family: str  # "fa2_fwd" (plain) or "fa2_fwd_split" (split-KV)
+    family: str  # "fa2_fwd" (plain), "fa2_fwd_split" (split-KV) or "sm90_prefill" (FlashInfer SM90)
     head_dim: int
     dtype: str
     causal: bool
@@ -44,19 +47,29 @@ class KernelTU:
         return CUTLASS_TYPES[self.dtype]
 
     @property
+    def sm90(self) -> bool:
+        return self.family == "sm90_prefill"
+
+    @property
     def function(self) -> str:
+        if self.sm90:
+            return "launch_ragged"
         return "run_mha_fwd_splitkv_dispatch" if self.split else "run_mha_fwd_"
 
     @property
     def symbol(self) -> str:
         """Demangled name (without return type and parameters) that `nm -C` must show."""
         causal = "true" if self.causal else "false"
+        if self.sm90:
+            return f"fas_sm90::launch_ragged<{API_DTYPE_VALUES[self.dtype]}, {self.head_dim}, {causal}>"
         return f"flash::{self.function}<{self.cutlass_type}, {self.head_dim}, {causal}>"
 
     @property
     def registry_line(self) -> str:
-        macro = "FAS_FA2_FWD_SPLIT" if self.split else "FAS_FA2_FWD"
         causal = "true" if self.causal else "false"
+        if self.sm90:
+            return f"FAS_SM90_PREFILL({API_DTYPES[self.dtype]}, {self.head_dim}, {causal})"
+        macro = "FAS_FA2_FWD_SPLIT" if self.split else "FAS_FA2_FWD"
         return f"{macro}({self.cutlass_type}, {API_DTYPES[self.dtype]}, {self.head_dim}, {causal})"
 
 
@@ -93,7 +106,8 @@ class BuildPlan:
 
     @property
     def sources_needed(self) -> set[str]:
-        return {FAMILY_SOURCES[tu.family] for e in self.entries for tu in e.kernels}
+        kernels = {FAMILY_SOURCES[tu.family] for e in self.entries for tu in e.kernels}
+        return kernels | {source for source in HOST_SOURCES.values() if source}
 
 
 def kernels_of(entry: Entry) -> tuple[KernelTU, ...]:

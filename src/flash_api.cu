@@ -8,6 +8,8 @@
 #include "fas_cuda_error.h"
 #include "flash.h"
 #include "namespace_config.h"
+#include "sm90/plan.h"
+#include "sm90/ragged_args.h"
 
 #include <algorithm>
 #include <climits>
@@ -16,29 +18,40 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #if !defined(FAS_VERSION_MAJOR) || !defined(FAS_VERSION_MINOR) || !defined(FAS_VERSION_PATCH)
 #error "FAS_VERSION_MAJOR, FAS_VERSION_MINOR and FAS_VERSION_PATCH must be defined by the build (-D)"
 #endif
 
 // Declarations of the kernel entry points that the other translation units define: an explicit
-// specialization of run_mha_fwd_ per plain kernel, an explicit instantiation of
-// run_mha_fwd_splitkv_dispatch per split-KV kernel.
-namespace FLASH_NAMESPACE {
-#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal) \
-    template <>                                                \
-    void run_mha_fwd_<ElementType, HeadDim, IsCausal>(Flash_fwd_params&, cudaStream_t);
+// specialization of run_mha_fwd_ per plain FA2 kernel, an explicit instantiation of
+// run_mha_fwd_splitkv_dispatch per split-KV FA2 kernel, an explicit specialization of
+// fas_sm90::launch_ragged per SM90 kernel.
+#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal)  \
+    namespace FLASH_NAMESPACE {                                 \
+    template <>                                                 \
+    void run_mha_fwd_<ElementType, HeadDim, IsCausal>(Flash_fwd_params&, cudaStream_t); \
+    }
 #define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal)                 \
+    namespace FLASH_NAMESPACE {                                                      \
     extern template void run_mha_fwd_splitkv_dispatch<ElementType, HeadDim, IsCausal>( \
-        Flash_fwd_params&, cudaStream_t);
+        Flash_fwd_params&, cudaStream_t);                                            \
+    }
+#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal)                                            \
+    namespace fas_sm90 {                                                                          \
+    template <>                                                                                   \
+    cudaError_t launch_ragged<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t);     \
+    }
 #include "kernel_registry.inc"
 #undef FAS_FA2_FWD
 #undef FAS_FA2_FWD_SPLIT
-}  // namespace FLASH_NAMESPACE
+#undef FAS_SM90_PREFILL
 
 namespace {
 
@@ -53,18 +66,55 @@ struct KernelEntry {
     LaunchFn launch;
 };
 
+struct Sm90Entry {
+    fas_dtype dtype;
+    int head_dim;
+    bool causal;
+    fas_sm90::RaggedLaunchFn launch;
+};
+
+// Each table ends with a sentinel (launch == nullptr) so that a registry without kernels of a
+// family still yields a valid (non-zero-size) array; the counts exclude it.
 #define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal) \
     {DtypeEnum, HeadDim, IsCausal, false, &FLASH_NAMESPACE::run_mha_fwd_<ElementType, HeadDim, IsCausal>},
 #define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal) \
     {DtypeEnum, HeadDim, IsCausal, true,                             \
      &FLASH_NAMESPACE::run_mha_fwd_splitkv_dispatch<ElementType, HeadDim, IsCausal>},
-const KernelEntry kKernels[] = {
+#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal)
+const KernelEntry kKernelTable[] = {
 #include "kernel_registry.inc"
+    {FAS_DTYPE_FP16, 0, false, false, nullptr},
 };
 #undef FAS_FA2_FWD
 #undef FAS_FA2_FWD_SPLIT
+#undef FAS_SM90_PREFILL
 
-constexpr int kNumKernels = static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
+#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal)
+#define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal)
+#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal) \
+    {DtypeEnum, HeadDim, IsCausal, &fas_sm90::launch_ragged<DtypeEnum, HeadDim, IsCausal>},
+const Sm90Entry kSm90Table[] = {
+#include "kernel_registry.inc"
+    {FAS_DTYPE_FP16, 0, false, nullptr},
+};
+#undef FAS_FA2_FWD
+#undef FAS_FA2_FWD_SPLIT
+#undef FAS_SM90_PREFILL
+
+constexpr int kNumFa2Kernels = static_cast<int>(sizeof(kKernelTable) / sizeof(kKernelTable[0])) - 1;
+constexpr int kNumSm90Kernels = static_cast<int>(sizeof(kSm90Table) / sizeof(kSm90Table[0])) - 1;
+constexpr int kNumKernels = kNumFa2Kernels + kNumSm90Kernels;
+
+// Range-for views of the tables without their sentinels.
+template <typename Entry>
+struct TableView {
+    const Entry* first;
+    int count;
+    const Entry* begin() const { return first; }
+    const Entry* end() const { return first + count; }
+};
+constexpr TableView<KernelEntry> kKernels{kKernelTable, kNumFa2Kernels};
+constexpr TableView<Sm90Entry> kSm90Kernels{kSm90Table, kNumSm90Kernels};
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxSplits = 128;            // largest split count FA2's combine kernel handles
@@ -72,7 +122,8 @@ constexpr int kSplitBlockM = 64;           // query rows per CTA of the split-KV
 constexpr int kMaxGridDimYZ = 65535;       // CUDA limit; FA2 puts batch and heads on grid y/z
 constexpr size_t kWorkspaceAlignment = 256;
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr const char* kFamily = "fa2";
+constexpr const char* kFamilyFa2 = "fa2";
+constexpr const char* kFamilySm90 = "sm90";
 
 #define FAS_STRINGIFY_VALUE(x) #x
 #define FAS_STRINGIFY(x) FAS_STRINGIFY_VALUE(x)
@@ -645,6 +696,410 @@ fas_status run_forward(const fas_fwd_args* user_args) {
     return FAS_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Plans
+
+constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
+constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
+constexpr float kLn2 = 0.69314718055994530942f;
+
+const Sm90Entry* find_sm90_kernel(fas_dtype dtype, int head_dim, bool causal) {
+    for (const Sm90Entry& entry : kSm90Kernels) {
+        if (entry.dtype == dtype && entry.head_dim == head_dim && entry.causal == causal) return &entry;
+    }
+    return nullptr;
+}
+
+// Empty if an SM90 kernel can serve (dtype, head_dim, causal) on a device of these properties,
+// else why not.
+std::string sm90_kernel_unavailable_reason(fas_dtype dtype, int head_dim, bool causal, const DeviceProps& device) {
+    if (!(device.cc_major == 9 && device.cc_minor == 0)) {
+        return concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
+                      "; SM90 kernels need 9.0");
+    }
+    if (find_sm90_kernel(dtype, head_dim, causal) == nullptr) {
+        std::string built;
+        for (const Sm90Entry& entry : kSm90Kernels) {
+            built += concat(built.empty() ? "" : ", ", dtype_name(entry.dtype), "/hd", entry.head_dim,
+                            entry.causal ? "/causal" : "/full");
+        }
+        return concat("no SM90 kernel for ", dtype_name(dtype), " head_dim ", head_dim,
+                      causal ? " causal" : " non-causal", " is built (SM90 kernels of this build: ",
+                      built.empty() ? "none" : built, "; they serve their exact head dim only)");
+    }
+    return std::string();
+}
+
+__global__ void scale_lse_kernel(float* lse, int64_t count, float factor) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        lse[i] *= factor;
+    }
+}
+
+}  // namespace
+
+struct fas_plan {
+    uint64_t magic = kPlanMagic;
+    fas_family family = FAS_FAMILY_FA2;
+    int device = 0;
+    int sm_count = 0;
+    int kernel_head_dim = 0;
+    int num_heads_q = 0;
+    int first_q_row = 0;  // cu_seqlens_q[0]
+    int total_q = 0;      // cu_seqlens_q[batch_size]
+    int total_k = 0;
+    size_t device_bytes = 0;
+    int32_t* cu_seqlens_device = nullptr;  // FA2: [cu_seqlens_q | cu_seqlens_k], batch_size + 1 each
+    float* lse_scratch = nullptr;           // FA2: [num_heads_q, total_q], written when softmax_lse is NULL
+    std::string sm90_unused_reason;
+
+    // FA2: resolved arguments and launch plan; the run fills in the tensors and the stream.
+    fas_fwd_args fa2_args{};
+    LaunchPlan fa2_plan{};
+    // SM90: launch arguments with the schedule; the run fills in the tensors.
+    fas_sm90::Schedule* schedule = nullptr;
+    fas_sm90::RaggedLaunchFn sm90_launch = nullptr;
+    fas_sm90::RaggedArgs sm90_args{};
+
+    ~fas_plan() {
+        magic = kDeadPlanMagic;
+        fas_sm90::schedule_destroy(schedule);
+        if (cu_seqlens_device != nullptr) cudaFree(cu_seqlens_device);
+        if (lse_scratch != nullptr) cudaFree(lse_scratch);
+    }
+};
+
+namespace {
+
+fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name) {
+    if (offsets == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat(name, " is NULL; pass a HOST array of batch_size+1 int32 offsets"));
+    }
+    if (!is_aligned(offsets, sizeof(int32_t))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not 4-byte aligned"));
+    }
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, offsets) == cudaSuccess) {
+        if (attributes.type == cudaMemoryTypeDevice) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(name, " is a device pointer; fas_plan_create reads the offsets on the host: pass a "
+                                     "host copy (the plan uploads its own device copy)"));
+        }
+    } else {
+        cudaGetLastError();
+    }
+    if (offsets[0] < 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, "[0] is ", offsets[0], "; offsets must be >= 0"));
+    }
+    for (int i = 0; i < batch_size; ++i) {
+        if (offsets[i + 1] < offsets[i]) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(name, " decreases at index ", i + 1, " (", offsets[i], " then ", offsets[i + 1],
+                               "); offsets must be non-decreasing cumulative sequence lengths"));
+        }
+    }
+    return FAS_SUCCESS;
+}
+
+int max_length(const int32_t* offsets, int batch_size) {
+    int longest = 0;
+    for (int i = 0; i < batch_size; ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
+    return longest;
+}
+
+fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
+    if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
+    *plan_out = nullptr;
+    if (user_args == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "args is NULL; pass a fas_plan_args set up with fas_plan_args_init()");
+    }
+    if (user_args->struct_size < sizeof(fas_plan_args)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("args->struct_size is ", user_args->struct_size, " but this library needs at least ",
+                           sizeof(fas_plan_args), " (sizeof(fas_plan_args)); initialise the struct with "
+                           "fas_plan_args_init()"));
+    }
+    fas_plan_args args;
+    std::memcpy(&args, user_args, sizeof(args));
+    if (args.batch_size <= 0 || args.batch_size > kMaxGridDimYZ) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("batch_size ", args.batch_size, " is out of range; it must be in [1, ", kMaxGridDimYZ, "]"));
+    }
+    fas_status status = check_host_offsets(args.cu_seqlens_q, args.batch_size, "cu_seqlens_q");
+    if (status != FAS_SUCCESS) return status;
+    status = check_host_offsets(args.cu_seqlens_k, args.batch_size, "cu_seqlens_k");
+    if (status != FAS_SUCCESS) return status;
+    const int total_q = args.cu_seqlens_q[args.batch_size];
+    const int total_k = args.cu_seqlens_k[args.batch_size];
+    const int max_q = max_length(args.cu_seqlens_q, args.batch_size);
+    const int max_k = max_length(args.cu_seqlens_k, args.batch_size);
+    if (max_q == 0 || max_k == 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the layout has ", max_q == 0 ? "no query rows" : "no keys",
+                           " (every sequence of cu_seqlens_", max_q == 0 ? "q" : "k", " is empty); nothing to plan"));
+    }
+
+    // The shared fas_fwd validation, on an equivalent varlen fas_fwd_args (placeholder tensor
+    // pointers: the tensors come with each run).
+    fas_fwd_args fwd;
+    fas_fwd_args_init(&fwd);
+    alignas(16) static const int32_t kAlignedPlaceholder[4] = {};
+    fwd.dtype = args.dtype;
+    fwd.q = fwd.k = fwd.v = kAlignedPlaceholder;
+    fwd.out = const_cast<int32_t*>(kAlignedPlaceholder);
+    fwd.softmax_lse = const_cast<float*>(reinterpret_cast<const float*>(kAlignedPlaceholder));
+    fwd.cu_seqlens_q = kAlignedPlaceholder;  // replaced by the plan's device copies below
+    fwd.cu_seqlens_k = kAlignedPlaceholder;
+    fwd.batch_size = args.batch_size;
+    fwd.max_seqlen_q = max_q;
+    fwd.max_seqlen_k = max_k;
+    fwd.num_heads_q = args.num_heads_q;
+    fwd.num_heads_k = args.num_heads_k;
+    fwd.head_dim = args.head_dim;
+    fwd.q_row_stride = args.q_row_stride;
+    fwd.k_row_stride = args.k_row_stride;
+    fwd.v_row_stride = args.v_row_stride;
+    fwd.out_row_stride = args.out_row_stride;
+    fwd.softmax_scale = args.softmax_scale;
+    fwd.causal = args.causal;
+    fwd.total_q = total_q;
+    fas_fwd_args resolved;
+    status = validate_args(&fwd, &resolved);
+    if (status != FAS_SUCCESS) return status;
+    const bool causal = resolved.causal != 0;
+
+    DeviceProps device{};
+    int device_index = 0;
+    const cudaError_t device_error = cudaGetDevice(&device_index);
+    if (device_error != cudaSuccess) return fail_cuda(device_error, "cudaGetDevice (is a CUDA driver and GPU present?)");
+    status = check_device(device_index, &device);
+    if (status != FAS_SUCCESS) return status;
+
+    // Family choice.
+    std::string sm90_reason;
+    const Sm90Entry* sm90_kernel = nullptr;
+    fas_sm90::PlanLayout layout{args.cu_seqlens_q, args.cu_seqlens_k, args.batch_size, resolved.num_heads_q,
+                                resolved.num_heads_k, resolved.head_dim, causal, device.sm_count};
+    if (args.disable_sm90 != 0) {
+        sm90_reason = "disabled by fas_plan_args.disable_sm90";
+    } else {
+        sm90_reason = sm90_kernel_unavailable_reason(resolved.dtype, resolved.head_dim, causal, device);
+        if (sm90_reason.empty()) sm90_reason = fas_sm90::layout_unsupported_reason(layout);
+        if (sm90_reason.empty()) sm90_kernel = find_sm90_kernel(resolved.dtype, resolved.head_dim, causal);
+    }
+    const KernelEntry* fa2_kernel = sm90_kernel != nullptr ? nullptr : find_plain_kernel(resolved.dtype, resolved.head_dim, causal);
+    if (sm90_kernel == nullptr && fa2_kernel == nullptr) {
+        return fail(FAS_ERROR_NOT_BUILT,
+                    concat("no kernel serves this plan: SM90 is not usable (", sm90_reason, ") and this build has no ",
+                           dtype_name(resolved.dtype), causal ? " causal" : " non-causal", " FA2 kernel for head_dim ",
+                           resolved.head_dim, " (FA2 head dims built: ", built_head_dims(resolved.dtype, causal),
+                           "); rebuild with a matching kernel"));
+    }
+
+    std::unique_ptr<fas_plan> plan(new fas_plan());
+    plan->device = device_index;
+    plan->sm_count = device.sm_count;
+    plan->num_heads_q = resolved.num_heads_q;
+    plan->first_q_row = args.cu_seqlens_q[0];
+    plan->total_q = total_q;
+    plan->total_k = total_k;
+
+    if (sm90_kernel != nullptr) {
+        std::string message;
+        fas_sm90::Schedule* schedule = nullptr;
+        const cudaError_t error = fas_sm90::schedule_create(layout, args.stream, &schedule, &message);
+        if (error == cudaErrorInvalidValue) {
+            // The planner refused the layout: fall back to FA2 if it can serve the plan.
+            cudaGetLastError();
+            sm90_reason = message;
+            sm90_kernel = nullptr;
+            fa2_kernel = find_plain_kernel(resolved.dtype, resolved.head_dim, causal);
+            if (fa2_kernel == nullptr) {
+                return fail(FAS_ERROR_NOT_BUILT,
+                            concat(message, "; and no FA2 kernel serves ", dtype_name(resolved.dtype), " head_dim ",
+                                   resolved.head_dim, causal ? " causal" : " non-causal"));
+            }
+        } else if (error != cudaSuccess) {
+            return fail_cuda(error, message);
+        } else {
+            plan->schedule = schedule;
+        }
+    }
+
+    if (sm90_kernel != nullptr) {
+        plan->family = FAS_FAMILY_SM90;
+        plan->kernel_head_dim = sm90_kernel->head_dim;
+        plan->sm90_launch = sm90_kernel->launch;
+        plan->device_bytes = fas_sm90::schedule_device_bytes(plan->schedule);
+        fas_sm90::RaggedArgs& ragged = plan->sm90_args;
+        ragged.q_row_stride = resolved.q_row_stride;
+        ragged.k_row_stride = resolved.k_row_stride;
+        ragged.v_row_stride = resolved.v_row_stride;
+        ragged.out_row_stride = resolved.out_row_stride;
+        ragged.nnz_qo = total_q;
+        ragged.nnz_kv = total_k;
+        ragged.num_qo_heads = resolved.num_heads_q;
+        ragged.num_kv_heads = resolved.num_heads_k;
+        ragged.softmax_scale = resolved.softmax_scale;
+        fas_sm90::schedule_fill_args(plan->schedule, &ragged);
+    } else {
+        plan->family = FAS_FAMILY_FA2;
+        plan->sm90_unused_reason = sm90_reason;
+        plan->kernel_head_dim = fa2_kernel->head_dim;
+        const size_t offsets_bytes = 2 * sizeof(int32_t) * static_cast<size_t>(args.batch_size + 1);
+        const size_t lse_bytes = sizeof(float) * static_cast<size_t>(resolved.num_heads_q) * total_q;
+        cudaError_t error = cudaMalloc(&plan->cu_seqlens_device, offsets_bytes);
+        if (error != cudaSuccess) return fail_cuda(error, concat("cudaMalloc of the plan's offsets (", offsets_bytes, " bytes)"));
+        error = cudaMalloc(&plan->lse_scratch, lse_bytes);
+        if (error != cudaSuccess) return fail_cuda(error, concat("cudaMalloc of the plan's LSE scratch (", lse_bytes, " bytes)"));
+        std::vector<int32_t> offsets(args.cu_seqlens_q, args.cu_seqlens_q + args.batch_size + 1);
+        offsets.insert(offsets.end(), args.cu_seqlens_k, args.cu_seqlens_k + args.batch_size + 1);
+        error = cudaMemcpyAsync(plan->cu_seqlens_device, offsets.data(), offsets_bytes, cudaMemcpyHostToDevice, args.stream);
+        if (error != cudaSuccess) return fail_cuda(error, "cudaMemcpyAsync of the plan's offsets");
+        error = cudaStreamSynchronize(args.stream);
+        if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize after the plan's upload");
+        plan->device_bytes = offsets_bytes + lse_bytes;
+        resolved.cu_seqlens_q = plan->cu_seqlens_device;
+        resolved.cu_seqlens_k = plan->cu_seqlens_device + args.batch_size + 1;
+        resolved.softmax_lse = nullptr;
+        resolved.workspace = nullptr;
+        resolved.workspace_bytes = 0;
+        plan->fa2_args = resolved;
+        LaunchPlan& launch = plan->fa2_plan;
+        launch.kernel = fa2_kernel;
+        launch.num_splits = 1;
+        launch.lse_rows = total_q;
+        launch.lse_scratch_offset = 0;
+        launch.lse_accum_offset = SIZE_MAX;
+        launch.out_accum_offset = SIZE_MAX;
+        launch.scratch_bytes = lse_bytes;
+    }
+    *plan_out = plan.release();
+    return FAS_SUCCESS;
+}
+
+fas_status check_plan(const fas_plan* plan) {
+    if (plan == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a plan from fas_plan_create()");
+    if (plan->magic != kPlanMagic) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "plan is not a live fas_plan (destroyed, or not from fas_plan_create()); using it is undefined");
+    }
+    return FAS_SUCCESS;
+}
+
+fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
+    fas_status status = check_plan(plan);
+    if (status != FAS_SUCCESS) return status;
+    if (user_args == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "args is NULL; pass a fas_plan_run_args set up with fas_plan_run_args_init()");
+    }
+    if (user_args->struct_size < sizeof(fas_plan_run_args)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("args->struct_size is ", user_args->struct_size, " but this library needs at least ",
+                           sizeof(fas_plan_run_args), " (sizeof(fas_plan_run_args)); initialise the struct with "
+                           "fas_plan_run_args_init()"));
+    }
+    fas_plan_run_args args;
+    std::memcpy(&args, user_args, sizeof(args));
+    const struct {
+        const void* pointer;
+        const char* name;
+    } tensors[] = {{args.q, "q"}, {args.k, "k"}, {args.v, "v"}, {args.out, "out"}};
+    for (const auto& tensor : tensors) {
+        if (tensor.pointer == nullptr) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, concat(tensor.name, " is NULL; pass a device pointer"));
+        }
+        if (!is_aligned(tensor.pointer, 16)) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(tensor.name, " (", tensor.pointer, ") is not 16-byte aligned; the kernels load rows with "
+                               "16-byte accesses (TMA for SM90), so pass an aligned pointer"));
+        }
+    }
+    if (args.softmax_lse != nullptr && !is_aligned(args.softmax_lse, sizeof(float))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "softmax_lse is not 4-byte aligned; pass a float-aligned device pointer");
+    }
+    int device = 0;
+    cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+    if (device != plan->device) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the current device is ", device, " but the plan was made on device ", plan->device,
+                           "; call cudaSetDevice(", plan->device, ") before fas_plan_run, or make a plan per device"));
+    }
+    const cudaError_t pending = cudaPeekAtLastError();
+    if (pending != cudaSuccess) {
+        return fail(FAS_ERROR_CUDA,
+                    concat("a CUDA error from earlier work on this thread is still pending: ", cudaGetErrorName(pending),
+                           " (", cudaGetErrorString(pending), "); nothing was launched. Handle it with "
+                           "cudaGetLastError() (a sticky error needs a process restart) and call again"));
+    }
+
+    if (plan->family == FAS_FAMILY_SM90) {
+        fas_sm90::RaggedArgs ragged = plan->sm90_args;
+        ragged.q = args.q;
+        ragged.k = args.k;
+        ragged.v = args.v;
+        ragged.out = args.out;
+        ragged.lse = args.softmax_lse;
+        error = plan->sm90_launch(ragged, args.stream);
+        if (error == cudaSuccess) error = cudaGetLastError();
+        if (error != cudaSuccess) return fail_cuda(error, "SM90 kernel launch");
+        if (args.softmax_lse != nullptr) {
+            // The kernel writes log2(sum exp); the API promises the natural logarithm.
+            const int64_t first = static_cast<int64_t>(plan->first_q_row) * plan->num_heads_q;
+            const int64_t count = static_cast<int64_t>(plan->total_q) * plan->num_heads_q - first;
+            if (count > 0) {
+                const int threads = 256;
+                const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 8LL * plan->sm_count);
+                scale_lse_kernel<<<static_cast<unsigned>(blocks), threads, 0, args.stream>>>(args.softmax_lse + first,
+                                                                                             count, kLn2);
+                error = cudaGetLastError();
+                if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
+            }
+        }
+        return FAS_SUCCESS;
+    }
+
+    fas_fwd_args fwd = plan->fa2_args;
+    fwd.q = args.q;
+    fwd.k = args.k;
+    fwd.v = args.v;
+    fwd.out = args.out;
+    fwd.softmax_lse = args.softmax_lse;
+    fwd.stream = args.stream;
+    Flash_fwd_params params;
+    fill_params(fwd, plan->fa2_plan, reinterpret_cast<char*>(plan->lse_scratch), &params);
+    plan->fa2_plan.kernel->launch(params, args.stream);
+    error = cudaGetLastError();
+    if (error != cudaSuccess) return fail_cuda(error, "FA2 kernel launch");
+    return FAS_SUCCESS;
+}
+
+fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family, int* kernel_head_dim) {
+    if (!is_valid_dtype(dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("dtype ", static_cast<int>(dtype), " is not a fas_dtype; use FAS_DTYPE_FP16 or FAS_DTYPE_BF16"));
+    }
+    fas_status status = validate_head_dim(head_dim);
+    if (status != FAS_SUCCESS) return status;
+    DeviceProps device{};
+    status = check_current_device(&device);
+    if (status != FAS_SUCCESS) return status;
+    if (sm90_kernel_unavailable_reason(dtype, head_dim, causal != 0, device).empty()) {
+        if (family != nullptr) *family = FAS_FAMILY_SM90;
+        if (kernel_head_dim != nullptr) *kernel_head_dim = head_dim;
+        return FAS_SUCCESS;
+    }
+    const KernelEntry* kernel = nullptr;
+    status = select_plain_kernel(dtype, head_dim, causal != 0, &kernel);
+    if (status != FAS_SUCCESS) return status;
+    if (family != nullptr) *family = FAS_FAMILY_FA2;
+    if (kernel_head_dim != nullptr) *kernel_head_dim = kernel->head_dim;
+    return FAS_SUCCESS;
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------
@@ -693,12 +1148,21 @@ fas_status fas_get_kernel_info(int index, fas_kernel_info* info) {
                         concat("kernel index ", index, " is out of range; valid indices are 0..", kNumKernels - 1,
                                " (fas_num_kernels() - 1)"));
         }
-        const KernelEntry& entry = kKernels[index];
-        info->dtype = entry.dtype;
-        info->head_dim = entry.head_dim;
-        info->causal = entry.causal ? 1 : 0;
-        info->split_kv = entry.split_kv ? 1 : 0;
-        info->family = kFamily;
+        if (index < kNumFa2Kernels) {
+            const KernelEntry& entry = kKernelTable[index];
+            info->dtype = entry.dtype;
+            info->head_dim = entry.head_dim;
+            info->causal = entry.causal ? 1 : 0;
+            info->split_kv = entry.split_kv ? 1 : 0;
+            info->family = kFamilyFa2;
+        } else {
+            const Sm90Entry& entry = kSm90Table[index - kNumFa2Kernels];
+            info->dtype = entry.dtype;
+            info->head_dim = entry.head_dim;
+            info->causal = entry.causal ? 1 : 0;
+            info->split_kv = 0;
+            info->family = kFamilySm90;
+        }
         return FAS_SUCCESS;
     });
 }
@@ -723,6 +1187,68 @@ fas_status fas_check_device(int device) {
         DeviceProps props{};
         return check_device(device, &props);
     });
+}
+
+void fas_plan_args_init(fas_plan_args* args) {
+    if (args == nullptr) return;
+    std::memset(args, 0, sizeof(*args));
+    args->struct_size = sizeof(*args);
+}
+
+void fas_plan_run_args_init(fas_plan_run_args* args) {
+    if (args == nullptr) return;
+    std::memset(args, 0, sizeof(*args));
+    args->struct_size = sizeof(*args);
+}
+
+fas_status fas_plan_create(const fas_plan_args* args, fas_plan** plan) {
+    return guarded([&] { return create_plan(args, plan); });
+}
+
+fas_status fas_plan_run(const fas_plan* plan, const fas_plan_run_args* args) {
+    return guarded([&] { return run_plan(plan, args); });
+}
+
+fas_status fas_plan_destroy(fas_plan* plan) {
+    return guarded([&] {
+        if (plan == nullptr) return FAS_SUCCESS;
+        const fas_status status = check_plan(plan);
+        if (status != FAS_SUCCESS) return status;
+        delete plan;
+        return FAS_SUCCESS;
+    });
+}
+
+fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info) {
+    return guarded([&] {
+        fas_status status = check_plan(plan);
+        if (status != FAS_SUCCESS) return status;
+        if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_plan_info to fill");
+        if (info->struct_size < sizeof(fas_plan_info)) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat("info->struct_size is ", info->struct_size, " but this library needs at least ",
+                               sizeof(fas_plan_info), "; set it to sizeof(fas_plan_info)"));
+        }
+        fas_plan_info filled;
+        std::memset(&filled, 0, sizeof(filled));
+        filled.struct_size = sizeof(filled);
+        filled.family = plan->family;
+        filled.family_name = plan->family == FAS_FAMILY_SM90 ? kFamilySm90 : kFamilyFa2;
+        filled.kernel_head_dim = plan->kernel_head_dim;
+        filled.lse_layout = plan->family == FAS_FAMILY_SM90 ? FAS_LSE_TOKEN_MAJOR : FAS_LSE_HEAD_MAJOR;
+        filled.total_q = plan->total_q;
+        filled.total_k = plan->total_k;
+        filled.device = plan->device;
+        filled.device_bytes = plan->device_bytes;
+        filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
+        std::memcpy(info, &filled, sizeof(filled));
+        return FAS_SUCCESS;
+    });
+}
+
+fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
+                                  int* kernel_head_dim) {
+    return guarded([&] { return query_plan_support(dtype, head_dim, causal, family, kernel_head_dim); });
 }
 
 }  // extern "C"

@@ -156,6 +156,10 @@ struct AttentionCase {
     int row_padding = 0;          // extra elements per token row, to exercise row strides
     bool pass_workspace = true;   // false: let the library allocate its own scratch
     bool expect_split_kv = false; // the split-KV kernel must be chosen (checked via workspace size)
+    bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
+    int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
+    int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)
+    bool disable_sm90 = false;    // with use_plan: fas_plan_args.disable_sm90
 };
 
 struct Tolerance {
@@ -365,6 +369,82 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     args.total_q = static_cast<int>(total_q);
 
     size_t workspace_bytes = 0;
+    std::string plan_detail;
+    bool lse_token_major = false;
+    if (c.use_plan) {
+        fas_plan_args plan_args;
+        fas_plan_args_init(&plan_args);
+        plan_args.dtype = c.dtype;
+        plan_args.cu_seqlens_q = cu_seqlens_q.data();  // host copies
+        plan_args.cu_seqlens_k = cu_seqlens_k.data();
+        plan_args.batch_size = batch;
+        plan_args.num_heads_q = c.heads_q;
+        plan_args.num_heads_k = c.heads_kv;
+        plan_args.head_dim = d;
+        plan_args.q_row_stride = args.q_row_stride;
+        plan_args.k_row_stride = args.k_row_stride;
+        plan_args.v_row_stride = args.v_row_stride;
+        plan_args.out_row_stride = args.out_row_stride;
+        plan_args.causal = args.causal;
+        plan_args.disable_sm90 = c.disable_sm90 ? 1 : 0;
+        plan_args.stream = stream;
+        fas_plan* plan = nullptr;
+        if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {
+            return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
+        }
+        fas_plan_info info;
+        std::memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        if (fas_plan_get_info(plan, &info) != FAS_SUCCESS) {
+            fas_plan_destroy(plan);
+            return {false, std::string("fas_plan_get_info failed: ") + fas_get_last_error()};
+        }
+        lse_token_major = info.lse_layout == FAS_LSE_TOKEN_MAJOR;
+        plan_detail = std::string(" plan=") + info.family_name + "/hd" + std::to_string(info.kernel_head_dim) +
+                      " runs=" + std::to_string(c.plan_runs) + " plan_bytes=" + std::to_string(info.device_bytes);
+        if (info.sm90_unused_reason[0] != '\0') plan_detail += std::string(" (sm90 unused: ") + info.sm90_unused_reason + ")";
+        if (c.expect_family >= 0 && static_cast<int>(info.family) != c.expect_family) {
+            fas_plan_destroy(plan);
+            return {false, "plan uses the wrong family" + plan_detail};
+        }
+        fas_plan_run_args run_args;
+        fas_plan_run_args_init(&run_args);
+        run_args.q = args.q;
+        run_args.k = args.k;
+        run_args.v = args.v;
+        run_args.out = args.out;
+        run_args.softmax_lse = args.softmax_lse;
+        run_args.stream = stream;
+        std::vector<uint16_t> first_out;
+        std::vector<float> first_lse;
+        size_t differing_runs = 0;
+        for (int run = 0; run < c.plan_runs; ++run) {
+            if (run > 0) {  // poison again so that every run must write everything
+                CUDA_CHECK(cudaMemsetAsync(out_dev.as<void>(), 0xFF, out_dev.bytes(), stream));
+                CUDA_CHECK(cudaMemsetAsync(lse_dev.as<void>(), 0xFF, lse_dev.bytes(), stream));
+            }
+            if (fas_plan_run(plan, &run_args) != FAS_SUCCESS) {
+                const std::string message = fas_get_last_error();
+                fas_plan_destroy(plan);
+                return {false, "fas_plan_run failed: " + message + plan_detail};
+            }
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<uint16_t> out_run(total_q * q_stride);
+            std::vector<float> lse_run(total_q * c.heads_q);
+            CUDA_CHECK(cudaMemcpy(out_run.data(), out_dev.as<void>(), out_dev.bytes(), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(lse_run.data(), lse_dev.as<void>(), lse_dev.bytes(), cudaMemcpyDeviceToHost));
+            if (run == 0) {
+                first_out = std::move(out_run);
+                first_lse = std::move(lse_run);
+            } else if (out_run != first_out || std::memcmp(lse_run.data(), first_lse.data(), lse_dev.bytes()) != 0) {
+                ++differing_runs;
+            }
+        }
+        if (fas_plan_destroy(plan) != FAS_SUCCESS) return {false, std::string("fas_plan_destroy failed: ") + fas_get_last_error()};
+        if (differing_runs != 0) {
+            return {false, std::to_string(differing_runs) + " run(s) differ from the first" + plan_detail};
+        }
+    } else {
     if (fas_fwd_workspace_size(&args, &workspace_bytes) != FAS_SUCCESS) {
         return {false, std::string("fas_fwd_workspace_size failed: ") + fas_get_last_error()};
     }
@@ -376,6 +456,8 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     args.workspace_bytes = workspace.bytes();
 
     if (fas_fwd(&args) != FAS_SUCCESS) return {false, std::string("fas_fwd failed: ") + fas_get_last_error()};
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before the workspace goes out of scope
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaGetLastError());
 
@@ -403,9 +485,11 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
                     max_ref = std::max(max_ref, std::fabs(static_cast<double>(want)));
                     max_out_error = std::max(max_out_error, std::fabs(static_cast<double>(got) - want));
                 }
-                // LSE layout: varlen [heads_q, total_q], batch [batch, heads_q, seqlen_q].
-                const size_t lse_index = c.varlen ? head * total_q + row
-                                                  : (static_cast<size_t>(b) * c.heads_q + head) * max_q + i;
+                // LSE layout: varlen [heads_q, total_q], batch [batch, heads_q, seqlen_q]; plans
+                // report theirs (SM90: [total_q, heads_q]).
+                const size_t lse_index = lse_token_major ? row * c.heads_q + head
+                                         : c.varlen    ? head * total_q + row
+                                                       : (static_cast<size_t>(b) * c.heads_q + head) * max_q + i;
                 const double got_lse = lse_host[lse_index];
                 const double want_lse = ref.lse[row * c.heads_q + head];
                 if (std::isinf(want_lse)) {
@@ -429,7 +513,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     char numbers[256];
     std::snprintf(numbers, sizeof numbers, "out_err=%.3e (tol %.3e) lse_err=%.3e (tol %.3e)", max_out_error,
                   out_limit, max_lse_error, lse_limit);
-    std::string detail = numbers;
+    std::string detail = numbers + plan_detail;
     if (workspace_bytes > 0) {
         detail += std::string(" workspace=") + std::to_string(workspace_bytes) + (c.pass_workspace ? "B(given)" : "B(library-allocated)");
     }
@@ -482,6 +566,61 @@ const NegativeCase kNegativeCases[] = {
     {"num_heads_q 3 with num_heads_k 2", [](fas_fwd_args& a) { a.num_heads_q = 3; a.num_heads_k = 2; }},
     {"struct_size too small", [](fas_fwd_args& a) { a.struct_size = sizeof(size_t); }},
 };
+
+// Plan misuse: each must be refused with FAS_ERROR_INVALID_ARGUMENT, a message, no CUDA error.
+CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stream, const char** description) {
+    static const char* const kDescriptions[] = {
+        "fas_plan_run with a NULL plan",
+        "fas_plan_create with device (not host) cu_seqlens",
+        "fas_plan_create with decreasing cu_seqlens_q",
+        "fas_plan_run with q misaligned by 2 bytes",
+        "fas_plan_run_args struct_size too small",
+    };
+    *description = kDescriptions[which];
+    DeviceBuffer q_dev(1 << 16), k_dev(1 << 16), v_dev(1 << 16), out_dev(1 << 16), offsets_dev(64);
+    const int32_t good_offsets[3] = {0, 4, 9};
+    const int32_t bad_offsets[3] = {0, 5, 3};
+    CUDA_CHECK(cudaMemcpy(offsets_dev.as<void>(), good_offsets, sizeof good_offsets, cudaMemcpyHostToDevice));
+    fas_plan_args plan_args;
+    fas_plan_args_init(&plan_args);
+    plan_args.dtype = dtype;
+    plan_args.cu_seqlens_q = which == 1 ? offsets_dev.as<int32_t>() : which == 2 ? bad_offsets : good_offsets;
+    plan_args.cu_seqlens_k = which == 1 ? offsets_dev.as<int32_t>() : good_offsets;
+    plan_args.batch_size = 2;
+    plan_args.num_heads_q = 2;
+    plan_args.num_heads_k = 1;
+    plan_args.head_dim = 128;
+    plan_args.causal = 1;
+    plan_args.stream = stream;
+    fas_plan_run_args run_args;
+    fas_plan_run_args_init(&run_args);
+    run_args.q = which == 3 ? static_cast<const void*>(q_dev.as<char>() + 2) : q_dev.as<void>();
+    run_args.k = k_dev.as<void>();
+    run_args.v = v_dev.as<void>();
+    run_args.out = out_dev.as<void>();
+    run_args.stream = stream;
+    if (which == 4) run_args.struct_size = sizeof(size_t);
+    fas_status status;
+    fas_plan* plan = nullptr;
+    if (which == 0) {
+        status = fas_plan_run(nullptr, &run_args);
+    } else if (which == 1 || which == 2) {
+        status = fas_plan_create(&plan_args, &plan);
+    } else {
+        if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {
+            return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
+        }
+        status = fas_plan_run(plan, &run_args);
+    }
+    const std::string message = fas_get_last_error();
+    if (plan != nullptr) fas_plan_destroy(plan);
+    const cudaError_t pending = cudaPeekAtLastError();
+    const bool passed = status == FAS_ERROR_INVALID_ARGUMENT && !message.empty() && pending == cudaSuccess;
+    std::string detail = "status=" + std::to_string(static_cast<int>(status)) + " message=\"" + message + "\"";
+    if (pending != cudaSuccess) detail += std::string(" left CUDA error ") + cudaGetErrorName(pending);
+    return {passed, detail};
+}
+constexpr int kNumPlanNegativeCases = 5;
 
 // ---------------------------------------------------------------------------------------------
 // Command line
@@ -611,7 +750,9 @@ struct Tally {
 
 void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t stream, Tally* tally) {
     int kernel_head_dim = 0;
-    const bool servable = fas_query_support(c.dtype, c.head_dim, c.causal, &kernel_head_dim) == FAS_SUCCESS;
+    const bool servable =
+        c.use_plan ? fas_query_plan_support(c.dtype, c.head_dim, c.causal, nullptr, &kernel_head_dim) == FAS_SUCCESS
+                   : fas_query_support(c.dtype, c.head_dim, c.causal, &kernel_head_dim) == FAS_SUCCESS;
     CaseOutcome outcome{false, ""};
     if (!servable) {
         outcome.detail = std::string("fas_query_support: ") + fas_get_last_error();
@@ -659,11 +800,52 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         std::printf("[SKIP] qwen2.5-vl-vision     %s hdim=80: %s\n", dtype_name(dtype), fas_get_last_error());
         ++tally->skipped;
     }
+    // The LLM config through the plan API when an SM90 kernel serves it: one plan, several runs
+    // that must agree bit for bit.
+    fas_family llm_family = FAS_FAMILY_FA2;
+    if (fas_query_plan_support(dtype, 128, 1, &llm_family, nullptr) == FAS_SUCCESS && llm_family == FAS_FAMILY_SM90) {
+        AttentionCase llm = varlen_case("qwen2.5-vl-3b-llm-plan", dtype, 16, 2, 128, true,
+                                        quick ? std::vector<int>{1, 17, 129, 1029}
+                                              : std::vector<int>{1500, 2, 999, 255, 1, 700, 4097});
+        llm.use_plan = true;
+        llm.plan_runs = quick ? 2 : 4;
+        llm.expect_family = FAS_FAMILY_SM90;
+        cases.push_back(llm);
+    }
     // Every compiled kernel once, GQA ratio 4, padded row strides.
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
         if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.dtype != dtype) continue;
         const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
+        if (std::strcmp(info.family, "sm90") == 0) {
+            // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
+            // and without padded rows. The family must be SM90 (the device check passed).
+            const struct {
+                int heads_q, heads_kv, row_padding;
+            } shapes[] = {{8, 8, 0}, {8, 2, 8}, {16, 2, 0}};
+            for (const auto& shape : shapes) {
+                AttentionCase sm90 = varlen_case("kernel-sm90-plan", dtype, shape.heads_q, shape.heads_kv, info.head_dim,
+                                                 info.causal != 0,
+                                                 quick ? std::vector<int>{1, 37, 200, 129}
+                                                       : std::vector<int>{1, 4097, 37, 200, 129, 3, 1});
+                sm90.row_padding = shape.row_padding;
+                sm90.use_plan = true;
+                sm90.plan_runs = 2;
+                sm90.expect_family = FAS_FAMILY_SM90;
+                cases.push_back(sm90);
+            }
+            // The same layout forced onto FA2 where FA2 serves it: both families through plans.
+            if (fas_query_support(dtype, info.head_dim, info.causal, nullptr) == FAS_SUCCESS) {
+                AttentionCase fa2 = varlen_case("plan-fa2-fallback", dtype, 8, 2, info.head_dim, info.causal != 0,
+                                                {1, 37, 200, 129});
+                fa2.use_plan = true;
+                fa2.disable_sm90 = true;
+                fa2.expect_family = FAS_FAMILY_FA2;
+                fa2.plan_runs = 2;
+                cases.push_back(fa2);
+            }
+            continue;
+        }
         if (info.split_kv) {
             // Batch layout, a decode-like short query and a long key range: the split heuristic
             // divides the keys among CTAs. Half of them let the library allocate the scratch.
@@ -745,6 +927,25 @@ int run(const Options& options) {
             std::printf("[%s] negative: %s | %s\n", outcome.passed ? "PASS" : "FAIL", negative.description,
                         outcome.detail.c_str());
             ++(outcome.passed ? tally.passed : tally.failed);
+        }
+        // Plan misuse needs a plan that can be made: any kernel of head dim >= 128 for causal
+        // dtypes.front() (a plan of either family).
+        if (fas_query_plan_support(dtypes.front(), 128, 1, nullptr, nullptr) == FAS_SUCCESS) {
+            for (int which = 0; which < kNumPlanNegativeCases; ++which) {
+                const char* description = "";
+                CaseOutcome outcome{false, ""};
+                try {
+                    outcome = run_plan_negative_case(which, dtypes.front(), stream, &description);
+                } catch (const std::exception& error) {
+                    outcome = {false, error.what()};
+                }
+                std::printf("[%s] negative: %s | %s\n", outcome.passed ? "PASS" : "FAIL", description,
+                            outcome.detail.c_str());
+                ++(outcome.passed ? tally.passed : tally.failed);
+            }
+        } else {
+            std::printf("[SKIP] plan misuse checks: no causal head-dim-128 plan can be made: %s\n", fas_get_last_error());
+            ++tally.skipped;
         }
     }
     CUDA_CHECK(cudaStreamDestroy(stream));

@@ -15,6 +15,12 @@ def test_minimal_is_hdim_64_128_by_dtype_by_causal(repo):
     assert got == want
 
 
+def test_sm90_dev_adds_the_sm90_family_to_the_minimal_set(repo):
+    got = set(names(repo, "sm90-dev"))
+    sm90 = {f"sm90_prefill_hdim{h}_{d}{c}_sm90" for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
+    assert got == set(names(repo, "minimal")) | sm90
+
+
 def test_full_has_plain_and_split_kv_for_every_head_dim(repo):
     got = names(repo, "full")
     assert len(got) == 6 * 2 * 2 * 2
@@ -27,11 +33,12 @@ def test_smoke_is_one_tu(repo):
 
 
 def test_symbols_are_the_demangled_instantiations(repo):
-    plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"))
-    symbols = {tu.name: tu.symbol for tu in plan.entries[0].kernels}
+    config = load_config(repo / "matrix.yaml")
+    symbols = {tu.name: tu.symbol for m in ("full", "sm90-dev") for tu in make_plan(config.matrix(m)).entries[0].kernels}
     assert symbols["fa2_fwd_hdim128_bf16_causal_sm90"] == "flash::run_mha_fwd_<cutlass::bfloat16_t, 128, true>"
     assert symbols["fa2_fwd_split_hdim64_fp16_sm90"] == \
         "flash::run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>"
+    assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 128, true>"
 
 
 def test_estimates_prefer_recorded_peaks(repo):

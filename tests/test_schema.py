@@ -28,7 +28,7 @@ def entry(doc, matrix="minimal"):
 
 def test_committed_matrix_is_valid(repo):
     config = load_config(repo / "matrix.yaml")
-    assert set(config.matrices) == {"smoke", "minimal", "full"}
+    assert set(config.matrices) == {"smoke", "minimal", "full", "sm90-dev"}
     assert config.matrix("minimal").entries[0].archs == ("sm_90a",)
 
 
@@ -90,7 +90,7 @@ def test_unknown_matrix_lists_the_known_ones(repo):
     with pytest.raises(ConfigError) as raised:
         load_config(repo / "matrix.yaml").matrix("huge")
     assert "unknown matrix 'huge'" in raised.value.message
-    assert "full, minimal, smoke" in raised.value.fix
+    assert "full, minimal, sm90-dev, smoke" in raised.value.fix
 
 
 def test_cli_reports_bad_matrix_without_traceback(repo):

@@ -1,15 +1,22 @@
 /*
- * flash_attn_standalone.h - C API of libflash_attn_standalone, the FlashAttention-2 forward
- * kernels (FA2 2.8.3) packaged as a shared library with no PyTorch dependency.
+ * flash_attn_standalone.h - C API of libflash_attn_standalone: FlashAttention forward kernels
+ * packaged as a shared library with no PyTorch dependency. Two kernel families:
+ *   "fa2"  - FlashAttention-2 (FA2 2.8.3) forward kernels, batch and varlen layouts, split-KV;
+ *   "sm90" - Hopper-native (FA3-class) varlen prefill kernels: FlashInfer's SM90 ragged prefill
+ *            kernel (warp-specialized, TMA + wgmma, persistent), reached through the plan API.
  *
  * This header is the API documentation.
  *
  * OVERVIEW
- *   One call, fas_fwd(), computes softmax(scale * Q K^T [+ causal mask]) V for fp16 or bf16
- *   tensors that already live in device memory, asynchronously on a caller-provided stream.
+ *   fas_fwd() computes softmax(scale * Q K^T [+ causal mask]) V for fp16 or bf16 tensors that
+ *   already live in device memory, asynchronously on a caller-provided stream, with the FA2
+ *   family. The plan API (fas_plan_create / fas_plan_run / fas_plan_destroy, see PLANS below)
+ *   does the same for the varlen layout in two steps: a plan made once from the batch layout
+ *   (host copies of the offsets), then any number of runs that reuse it; it uses the SM90
+ *   family where this build and the device have it, FA2 otherwise.
  *   Only the kernels chosen at build time are present; use the capability queries
- *   (fas_num_kernels, fas_get_kernel_info, fas_query_support) to find out what a given build
- *   holds, and fas_check_device() to find out whether a GPU can run it.
+ *   (fas_num_kernels, fas_get_kernel_info, fas_query_support, fas_query_plan_support) to find
+ *   out what a given build holds, and fas_check_device() to find out whether a GPU can run it.
  *
  * TENSOR LAYOUTS (all element counts and strides are in ELEMENTS of the dtype, not bytes)
  *   Within a token, the heads are contiguous and each head holds head_dim contiguous elements:
@@ -50,9 +57,11 @@
  *   must be 4-byte aligned.
  *
  * HEAD DIMENSIONS
- *   head_dim must be a multiple of 8 in [8, 256]. A head_dim that has no kernel of exactly that
- *   size is served by the smallest built kernel head dim above it (the kernel masks the extra
- *   columns, as FA2's own wrapper does); fas_query_support reports which one.
+ *   head_dim must be a multiple of 8 in [8, 256]. A head_dim that has no FA2 kernel of exactly
+ *   that size is served by the smallest built FA2 kernel head dim above it (the kernel masks the
+ *   extra columns, as FA2's own wrapper does); fas_query_support reports which one. SM90 kernels
+ *   exist for head dims 64, 128 and 256 and serve only their own head dim (they load whole
+ *   head-dim tiles with TMA and cannot mask extra columns); other head dims use FA2.
  *
  * DEVICE AND STREAM
  *   fas_fwd runs on the calling thread's current CUDA device (cudaSetDevice); args->stream
@@ -80,8 +89,48 @@
  *
  * THREAD SAFETY
  *   All functions may be called concurrently from several threads, on different or the same
- *   streams. The last-error message is per thread. The only global state is a lazily filled
- *   cache of per-device properties (compute capability, SM count), guarded by a mutex.
+ *   streams, with one exception: fas_plan_destroy must not overlap any other use of the same
+ *   plan (see PLANS). The last-error message is per thread. The only global state is a lazily
+ *   filled cache of per-device properties (compute capability, SM count), guarded by a mutex.
+ *
+ * PLANS (varlen layout only)
+ *   fas_plan_create(args, &plan) takes the batch layout with the offsets in HOST memory
+ *   (cu_seqlens_q / cu_seqlens_k of fas_plan_args), the heads, head_dim, strides, scale, causal
+ *   flag and dtype, and chooses the family:
+ *     SM90 if the current device has compute capability 9.0, an SM90 kernel of exactly this
+ *          (dtype, head_dim, causal) is built, args->disable_sm90 is 0, and the layout suits it
+ *          (every sequence with queries has keys; a causal sequence has no more queries than
+ *          keys; at most 4096 query tiles per head, i.e. about 4096 * 128 = 524288 total query
+ *          rows minus the batch size, 4096 * 192 for head_dim 64);
+ *     FA2  otherwise, with the smallest built FA2 head dim >= head_dim;
+ *     FAS_ERROR_NOT_BUILT (message says why SM90 was not usable) if neither serves it.
+ *   fas_plan_get_info() says which family a plan uses and why SM90 was passed over.
+ *
+ *   Creation is the slow, blocking step: it validates the offsets, runs the SM90 host
+ *   scheduler, allocates the plan's device memory with cudaMalloc (the SM90 work schedule, a
+ *   device copy of the offsets, and for FA2 plans an LSE scratch of num_heads_q * total_q
+ *   floats), uploads it on args->stream and waits for that stream (cudaStreamSynchronize).
+ *   fas_plan_run() then only fills the kernel arguments from the plan and launches: no host
+ *   scheduling, no host-to-device copy, no allocation, no synchronization. The plan owns all of
+ *   its memory; fas_plan_get_info() reports the bytes. A run reads the offsets captured at
+ *   creation: the q, k, v and out tensors of every run must follow that layout.
+ *
+ *   A plan belongs to the device that was current at creation; runs must be made with that
+ *   device current, on one of its streams (checked). fas_plan_run never modifies the plan, so
+ *   one plan may be run concurrently from several threads and on several streams at once (the
+ *   FA2 LSE scratch is written, never read, when softmax_lse is NULL, so concurrent runs may
+ *   share it). fas_plan_destroy frees the plan's memory with cudaFree: call it only after every
+ *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
+ *   while no other thread uses the plan. Using a destroyed plan is undefined behaviour (the
+ *   library detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
+ *
+ *   Plan runs, both families: out has the varlen layout above; the scale, masking (bottom-right
+ *   causal), GQA and alignment rules are those of fas_fwd. The LSE is natural-log, but its
+ *   LAYOUT DEPENDS ON THE FAMILY and fas_plan_info.lse_layout states it:
+ *     FA2 : FAS_LSE_HEAD_MAJOR  [num_heads_q, total_q] (as fas_fwd);
+ *     SM90: FAS_LSE_TOKEN_MAJOR [total_q, num_heads_q] (the kernel's own layout; the run
+ *           converts it from log2 to natural log in place with one small extra kernel).
+ *   total_q is cu_seqlens_q[batch_size] (rows of q addressed from its base pointer).
  *
  * ABI
  *   fas_fwd_args begins with struct_size, which must be sizeof(fas_fwd_args) of the header the
@@ -189,8 +238,83 @@ typedef struct fas_kernel_info {
     int head_dim;       /* the kernel's head dim; it also serves smaller head_dim requests */
     int causal;         /* 1 = causal variant, 0 = non-causal */
     int split_kv;       /* 1 = split-KV (decode-oriented) variant, 0 = plain forward */
-    const char* family; /* kernel family, "fa2"; static string */
+    const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans) or "sm90" (plans only, exact
+                         * head dim, compute capability 9.0); static string */
 } fas_kernel_info;
+
+/* Kernel family used by a plan. */
+typedef enum fas_family {
+    FAS_FAMILY_FA2 = 0,
+    FAS_FAMILY_SM90 = 1
+} fas_family;
+
+/* Layout of the softmax LSE written by a plan run (see PLANS). */
+typedef enum fas_lse_layout {
+    FAS_LSE_HEAD_MAJOR = 0, /* [num_heads_q, total_q] */
+    FAS_LSE_TOKEN_MAJOR = 1 /* [total_q, num_heads_q] */
+} fas_lse_layout;
+
+/* Opaque plan: a varlen batch layout bound to a kernel and its device-resident schedule. */
+typedef struct fas_plan fas_plan;
+
+/* Arguments of fas_plan_create. Initialise with fas_plan_args_init(). Same ABI rule as
+ * fas_fwd_args: struct_size = sizeof(fas_plan_args), later versions only append fields. */
+typedef struct fas_plan_args {
+    size_t struct_size; /* must be sizeof(fas_plan_args) */
+    fas_dtype dtype;
+
+    /* HOST pointers to batch_size+1 non-decreasing int32 offsets, cu_seqlens_q[0] >= 0 (rows of
+     * q/out for sequence i: cu_seqlens_q[i] .. cu_seqlens_q[i+1]-1; likewise k/v). Read only
+     * during fas_plan_create; the plan keeps its own copies. */
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_k;
+    int batch_size;  /* > 0 */
+
+    int num_heads_q; /* > 0 */
+    int num_heads_k; /* > 0, divides num_heads_q */
+    int head_dim;    /* multiple of 8 in [8, 256] */
+
+    /* Elements between consecutive tokens; 0 = contiguous. Rules as in fas_fwd_args. */
+    int64_t q_row_stride;
+    int64_t k_row_stride;
+    int64_t v_row_stride;
+    int64_t out_row_stride;
+
+    float softmax_scale; /* > 0, or 0 = 1/sqrt(head_dim) */
+    int causal;          /* non-zero = causal mask, bottom-right aligned */
+    int disable_sm90;    /* non-zero = use the FA2 family even where SM90 could serve */
+
+    /* Stream of the current device used for the schedule upload during fas_plan_create, which
+     * synchronizes it before returning; 0 = legacy default stream. Runs may use any stream. */
+    cudaStream_t stream;
+} fas_plan_args;
+
+/* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */
+typedef struct fas_plan_run_args {
+    size_t struct_size; /* must be sizeof(fas_plan_run_args) */
+    const void* q;      /* device pointers, 16-byte aligned, in the plan's layout */
+    const void* k;
+    const void* v;
+    void* out;          /* must not alias q, k or v */
+    float* softmax_lse; /* optional (NULL = not computed), num_heads_q * total_q floats, 4-byte
+                         * aligned; layout fas_plan_info.lse_layout */
+    cudaStream_t stream; /* stream of the plan's device; 0 = legacy default stream */
+} fas_plan_run_args;
+
+/* What fas_plan_get_info reports. Set struct_size = sizeof(fas_plan_info) before the call. */
+typedef struct fas_plan_info {
+    size_t struct_size;         /* must be sizeof(fas_plan_info) */
+    fas_family family;          /* family that fas_plan_run launches */
+    const char* family_name;    /* "fa2" or "sm90"; static string */
+    int kernel_head_dim;        /* head dim of the kernel that runs */
+    fas_lse_layout lse_layout;  /* layout of softmax_lse written by fas_plan_run */
+    int total_q;                /* cu_seqlens_q[batch_size] */
+    int total_k;                /* cu_seqlens_k[batch_size] */
+    int device;                 /* CUDA device the plan belongs to */
+    size_t device_bytes;        /* device memory owned by the plan */
+    const char* sm90_unused_reason; /* "" for SM90 plans, else why SM90 was not used; valid
+                                     * until the plan is destroyed */
+} fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_fwd_args). */
 FAS_API void fas_fwd_args_init(fas_fwd_args* args);
@@ -234,6 +358,36 @@ FAS_API fas_status fas_query_support(fas_dtype dtype, int head_dim, int causal,
  * FAS_ERROR_UNSUPPORTED_DEVICE (message names the device's capability),
  * FAS_ERROR_INVALID_ARGUMENT for a device number that does not exist, or FAS_ERROR_CUDA. */
 FAS_API fas_status fas_check_device(int device);
+
+/* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */
+FAS_API void fas_plan_args_init(fas_plan_args* args);
+
+/* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_run_args). */
+FAS_API void fas_plan_run_args_init(fas_plan_run_args* args);
+
+/* Makes a plan for the varlen layout in *args on the current device and stores it in *plan (set
+ * to NULL on failure). Blocking; allocates device memory; see PLANS. */
+FAS_API fas_status fas_plan_create(const fas_plan_args* args, fas_plan** plan);
+
+/* Enqueues the forward pass of plan on args->stream. No host scheduling, host-to-device copy
+ * or allocation. May be called concurrently with the same plan (see PLANS). Pending-CUDA-error
+ * rule and validation as in fas_fwd. */
+FAS_API fas_status fas_plan_run(const fas_plan* plan, const fas_plan_run_args* args);
+
+/* Frees the plan and its device memory (cudaFree). NULL is a no-op returning FAS_SUCCESS. Call
+ * only once every run of the plan has completed and no other thread uses it. */
+FAS_API fas_status fas_plan_destroy(fas_plan* plan);
+
+/* Describes a plan: family, kernel head dim, LSE layout, memory, why SM90 was not used. */
+FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
+
+/* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
+ * layout the SM90 kernels accept (see PLANS for the layout conditions). On FAS_SUCCESS stores
+ * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).
+ * FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a bad dtype or
+ * head_dim; device errors as fas_check_device. */
+FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
+                                          int* kernel_head_dim);
 
 #ifdef __cplusplus
 } /* extern "C" */

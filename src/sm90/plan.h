@@ -1,0 +1,59 @@
+// Light interface of the SM90 planner (src/sm90_plan.cu): turns a varlen batch layout (host
+// offsets) into the device-resident work schedule that the SM90 ragged prefill kernels read.
+// No CUTLASS / FlashInfer types, so flash_api.cu (compiled with FA2's include set) can use it.
+// sm90_plan.cu is compiled into every build, also when no SM90 kernel is built.
+#ifndef FAS_SM90_PLAN_H
+#define FAS_SM90_PLAN_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "sm90/ragged_args.h"
+
+namespace fas_sm90 {
+
+struct PlanLayout {
+    const int32_t* cu_seqlens_q;  // host, batch_size + 1 non-decreasing offsets (validated by the caller)
+    const int32_t* cu_seqlens_k;  // host, likewise
+    int batch_size;
+    int num_heads_q;
+    int num_heads_k;
+    int head_dim;  // kernel head dim: 64, 128 or 256
+    bool causal;
+    int sm_count;  // of the device the plan is made on (the current device)
+};
+
+// Query rows per CTA tile of the SM90 kernel for a head dim (FlashInfer's getCTATileSize).
+int cta_tile_q(int head_dim);
+
+// Empty when the SM90 kernels can run this layout, else why not (in words, for a message).
+// Checks the layout-dependent limits: the per-head schedule (FlashInfer switches to a schedule
+// shared by all heads, which this library does not build, above 4096 query tiles per head),
+// sequences with no key, causal sequences with more queries than keys (rows that see no key)
+// and 32-bit limits of the schedule.
+std::string layout_unsupported_reason(const PlanLayout& layout);
+
+// Device-resident schedule; owned by the caller through schedule_destroy.
+struct Schedule;
+
+// Runs flashinfer::PrefillSM90Plan on the host, allocates the device int workspace
+// (cudaMalloc) and uploads the schedule on stream, then synchronizes stream (the upload reads
+// a pinned staging buffer that is freed before returning). On failure returns the CUDA error
+// (cudaErrorInvalidValue for a planner refusal) and sets *message; *out stays NULL.
+cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
+
+// Frees the device workspace with cudaFree. NULL is a no-op.
+void schedule_destroy(Schedule* schedule);
+
+// Bytes of device memory the schedule owns.
+size_t schedule_device_bytes(const Schedule* schedule);
+
+// Fills the schedule pointer fields of *args (qo_tile_indices .. batch_indices).
+void schedule_fill_args(const Schedule* schedule, RaggedArgs* args);
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_PLAN_H
