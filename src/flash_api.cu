@@ -184,6 +184,31 @@ bool is_aligned(const void* pointer, size_t alignment) {
     return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
 }
 
+// q, k, v and out must be set and 16-byte aligned (both families load rows with 16-byte
+// accesses, TMA for SM90); the optional LSE must be float-aligned.
+fas_status check_tensor_pointers(const void* q, const void* k, const void* v, const void* out,
+                                 const float* softmax_lse) noexcept {
+    const struct {
+        const void* pointer;
+        const char* name;
+    } tensors[] = {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}};
+    for (const auto& tensor : tensors) {
+        if (tensor.pointer == nullptr) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, concat(tensor.name, " is NULL; pass a device pointer"));
+        }
+        if (!is_aligned(tensor.pointer, 16)) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(tensor.name, " (", tensor.pointer, ") is not 16-byte aligned; the kernels load rows "
+                               "with 16-byte accesses, so pass an aligned pointer (cudaMalloc returns 256-byte "
+                               "aligned memory; offsets must be multiples of 8 elements)"));
+        }
+    }
+    if (softmax_lse != nullptr && !is_aligned(softmax_lse, sizeof(float))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "softmax_lse is not 4-byte aligned; pass a float-aligned device pointer");
+    }
+    return FAS_SUCCESS;
+}
+
 size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
@@ -364,23 +389,9 @@ fas_status validate_args(const fas_fwd_args* user_args, fas_fwd_args* resolved) 
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("dtype ", static_cast<int>(args.dtype), " is not a fas_dtype; use FAS_DTYPE_FP16 or FAS_DTYPE_BF16"));
     }
-    const struct {
-        const void* pointer;
-        const char* name;
-    } tensors[] = {{args.q, "q"}, {args.k, "k"}, {args.v, "v"}, {args.out, "out"}};
-    for (const auto& tensor : tensors) {
-        if (tensor.pointer == nullptr) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT, concat(tensor.name, " is NULL; pass a device pointer"));
-        }
-        if (!is_aligned(tensor.pointer, 16)) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(tensor.name, " (", tensor.pointer, ") is not 16-byte aligned; FA2 loads rows with "
-                               "16-byte vector accesses, so pass an aligned pointer (cudaMalloc returns 256-byte "
-                               "aligned memory; offsets must be multiples of 8 elements)"));
-        }
-    }
-    if (args.softmax_lse != nullptr && !is_aligned(args.softmax_lse, sizeof(float))) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, "softmax_lse is not 4-byte aligned; pass a float-aligned device pointer");
+    if (const fas_status status = check_tensor_pointers(args.q, args.k, args.v, args.out, args.softmax_lse);
+        status != FAS_SUCCESS) {
+        return status;
     }
     if ((args.cu_seqlens_q == nullptr) != (args.cu_seqlens_k == nullptr)) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
@@ -1003,22 +1014,9 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     }
     fas_plan_run_args args;
     std::memcpy(&args, user_args, sizeof(args));
-    const struct {
-        const void* pointer;
-        const char* name;
-    } tensors[] = {{args.q, "q"}, {args.k, "k"}, {args.v, "v"}, {args.out, "out"}};
-    for (const auto& tensor : tensors) {
-        if (tensor.pointer == nullptr) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT, concat(tensor.name, " is NULL; pass a device pointer"));
-        }
-        if (!is_aligned(tensor.pointer, 16)) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(tensor.name, " (", tensor.pointer, ") is not 16-byte aligned; the kernels load rows with "
-                               "16-byte accesses (TMA for SM90), so pass an aligned pointer"));
-        }
-    }
-    if (args.softmax_lse != nullptr && !is_aligned(args.softmax_lse, sizeof(float))) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, "softmax_lse is not 4-byte aligned; pass a float-aligned device pointer");
+    if (const fas_status status = check_tensor_pointers(args.q, args.k, args.v, args.out, args.softmax_lse);
+        status != FAS_SUCCESS) {
+        return status;
     }
     int device = 0;
     cudaError_t error = cudaGetDevice(&device);
