@@ -1,0 +1,20 @@
+"""The README's two commands are the contract with a fresh machine; CI must run the test one."""
+
+import re
+
+
+def readme_commands(repo):
+    block = re.search(r"```sh\n(.*?)```", (repo / "README.md").read_text(), re.S).group(1)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_readme_has_two_commands_build_then_test(repo):
+    build, test = readme_commands(repo)
+    assert "invoke setup build --matrix minimal" in build
+    assert test.endswith("invoke setup test")
+
+
+def test_ci_runs_the_readme_test_command_verbatim(repo):
+    _, test = readme_commands(repo)
+    ci_lines = [line.strip() for line in (repo / ".ci" / "run").read_text().splitlines()]
+    assert test in ci_lines
