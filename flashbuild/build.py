@@ -17,7 +17,7 @@ from .container import ToolchainContainer, docker_client
 from .errors import ConfigError, VerifyError
 from .generate import stale_files
 from .options import load_config
-from .plan import BuildPlan, make_plan
+from .plan import HOST_TUS, BuildPlan, make_plan
 from .schedule import GIB, Budget, SchedulerEvents, make_budget, max_concurrency
 
 console = Console(highlight=False, soft_wrap=True)
@@ -63,7 +63,7 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
         entry = entry_plan.entry
         estimates = []
         lines.append(f"entry {entry.name}: CUDA {entry.cuda}, image {entry.image.name}, archs {', '.join(entry.archs)}, "
-                     f"{len(entry_plan.kernels)} kernel TU(s) + {compile_stage.HOST_TUS} host TUs")
+                     f"{len(entry_plan.kernels)} kernel TU(s) + {len(HOST_TUS)} host TUs")
         for tu in entry_plan.kernels:
             estimate, origin = entry_plan.estimate_bytes(tu, recorded_peaks)
             estimates.append(estimate)
@@ -126,7 +126,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
 
 
 def _compile_with_progress(compiler: compile_stage.EntryCompiler, budget: Budget):
-    total = len(compiler.plan.kernels) + compile_stage.HOST_TUS
+    total = len(compiler.plan.kernels) + len(HOST_TUS)
     running: set[str] = set()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -157,10 +157,11 @@ def _compile_with_progress(compiler: compile_stage.EntryCompiler, budget: Budget
 def verify_build(run, result: compile_stage.EntryBuild, paths: Paths) -> verify.Report:
     report = verify.Report(str(result.library.relative_to(paths.repo)))
     archs = tuple(result.plan.entry.archs)
+    expect = _expectation(result, paths)
     verify.verify_objects(run, {tu.name: (result.kernel_objects[tu.name], tu.symbol) for tu in result.plan.kernels},
                           archs, report)
-    verify.verify_library(run, result.library, _expectation(result, paths), report)
-    verify.verify_test_binary(run, result.test_binary, _expectation(result, paths).soname, report)
+    verify.verify_library(run, result.library, expect, report)
+    verify.verify_test_binary(run, result.test_binary, expect.soname, report)
     return report
 
 
@@ -202,7 +203,7 @@ def _manifest(plan, result, fetched, toolchain, report, compiler) -> dict:
 def plan_kernels_and_host(result) -> list[dict]:
     rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol, "source": str(tu.source)}
             for tu in result.plan.kernels]
-    rows += [{"name": name, "kind": "host", "source": str(path)} for name, path in compile_stage.HOST_TU_SOURCES.items()]
+    rows += [{"name": tu.name, "kind": "host", "source": str(tu.source)} for tu in HOST_TUS]
     return rows
 
 
@@ -238,7 +239,8 @@ def verify_path(repo: Path, target: Path) -> verify.Report:
         verify.verify_library(run, library, expect, report)
         return report
     config = load_config(paths.matrix)
-    spec = config.images[next(iter(config.images))]
+    built_with = manifest.get("toolchain", {}).get("dockerfile")
+    spec = next((s for s in config.images.values() if s.dockerfile == built_with), next(iter(config.images.values())))
     client = docker_client()
     image = images.ensure_image(client, spec, paths.repo, paths.build / "logs", log)
     # Mount what is being verified: the repo is always mounted; a library outside it is copied in.

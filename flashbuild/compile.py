@@ -22,21 +22,19 @@ from .container import ToolchainContainer
 from .errors import CompileError
 from .generate import registry_text
 from .images import ToolchainImage
-from .plan import FAMILY_SOURCES, HOST_SOURCES, EntryPlan, KernelTU
+from .plan import FAMILY_SOURCES, HOST_TUS, EntryPlan, HostTU, KernelTU
 from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
 from .sources import FetchedSource
 
 LIBRARY = "libflash_attn_standalone"
 STATS_FILE = "tu-stats.json"
-HOST_TU_SOURCES = {"flash_api": Path("src/flash_api.cu"), "sm90_plan": Path("src/sm90_plan.cu"),
-                   "glibc_compat": Path("src/glibc_compat.c")}
 SM90_HEADERS = Path("src/sm90")
 TEST_SOURCE = Path("src/test_varlen_inference.cpp")
 HEADER = Path("src/include/flash_attn_standalone.h")
 EXPORTS = Path("src/exports.map")
 STANDINS = Path("src/standins")
 LOG_TAIL_LINES = 40
-HOST_TUS = len(HOST_SOURCES)
+
 
 
 def read_version(repo_root: Path) -> tuple[int, int, int]:
@@ -92,10 +90,6 @@ class EntryBuild:
     kernel_objects: dict  # KernelTU.name -> Path
     tu_results: list = field(default_factory=list)
     compile_flags: list = field(default_factory=list)
-
-    @property
-    def lib_dir(self) -> Path:
-        return self.library.parent
 
 
 class EntryCompiler:
@@ -204,9 +198,8 @@ class EntryCompiler:
         headers = [SM90_HEADERS] if tu.sm90 else [STANDINS]
         return self._compile(tu.name, "kernel", source, self._key(source.read_text(), flags, upstream, headers), flags)
 
-    def _host_job(self, name: str, registry: Path) -> TUResult:
-        source = self.repo_root / HOST_TU_SOURCES[name]
-        upstream = HOST_SOURCES[name]
+    def _host_job(self, host: HostTU, registry: Path) -> TUResult:
+        name, source, upstream = host.name, self.repo_root / host.source, host.upstream
         if upstream is None:
             # Plain C11 without _GNU_SOURCE: see src/glibc_compat.c.
             flags = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
@@ -237,8 +230,8 @@ class EntryCompiler:
             estimate, _ = self.plan.estimate_bytes(tu, peaks)
             jobs.append(Job(tu.name, estimate, ("kernel", tu)))
         default = int(self.plan.entry.memory_estimates_gb["host"] * 1024**3)
-        for name in HOST_SOURCES:
-            jobs.append(Job(name, peaks.get(self.plan.stats_key(name), default), ("host", (name, registry))))
+        for host in HOST_TUS:
+            jobs.append(Job(host.name, peaks.get(self.plan.stats_key(host.name), default), ("host", (host, registry))))
         return jobs
 
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
@@ -265,7 +258,7 @@ class EntryCompiler:
                         fix=f"read the whole log: {log}",
                     )
                 raise CompileError(f"TU {outcome.job.name} failed: {outcome.result!r}")
-        if len(results) != len(self.plan.kernels) + HOST_TUS:
+        if len(results) != len(self.plan.kernels) + len(HOST_TUS):
             raise CompileError(f"entry {self.plan.name}: the build stopped before every TU was compiled")
         return results
 

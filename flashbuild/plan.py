@@ -18,8 +18,23 @@ API_DTYPE_VALUES = {"fp16": 0, "bf16": 1}  # the fas_dtype enum values, as SM90 
 GIB = 1024**3
 # Which pinned upstream (sources.lock.yaml) each kernel family compiles from.
 FAMILY_SOURCES = {"fa2_fwd": "flash-attn", "fa2_fwd_split": "flash-attn", "sm90_prefill": "flashinfer-python"}
-# Host TUs and the upstream each compiles against; every build links all of them.
-HOST_SOURCES = {"flash_api": "flash-attn", "sm90_plan": "flashinfer-python", "glibc_compat": None}
+
+
+
+@dataclass(frozen=True)
+class HostTU:
+    """A host-code TU every build compiles and links, and the upstream it includes (if any)."""
+
+    name: str
+    source: Path
+    upstream: str | None
+
+
+HOST_TUS = (
+    HostTU("flash_api", Path("src/flash_api.cu"), "flash-attn"),
+    HostTU("sm90_plan", Path("src/sm90_plan.cu"), "flashinfer-python"),
+    HostTU("glibc_compat", Path("src/glibc_compat.c"), None),
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -101,13 +116,9 @@ class BuildPlan:
     entries: tuple[EntryPlan, ...]
 
     @property
-    def kernel_count(self) -> int:
-        return sum(len(e.kernels) for e in self.entries)
-
-    @property
     def sources_needed(self) -> set[str]:
         kernels = {FAMILY_SOURCES[tu.family] for e in self.entries for tu in e.kernels}
-        return kernels | {source for source in HOST_SOURCES.values() if source}
+        return kernels | {tu.upstream for tu in HOST_TUS if tu.upstream}
 
 
 def kernels_of(entry: Entry) -> tuple[KernelTU, ...]:

@@ -9,8 +9,6 @@ The runner is a plain callable so the admission rule is testable with synthetic 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +40,6 @@ class Outcome(Generic[Payload]):
     job: Job
     ok: bool
     result: object = None
-    started: float = 0.0
-    finished: float = 0.0
 
 
 @dataclass
@@ -121,36 +117,31 @@ def run_jobs(
     finish) when stop_on_failure is set."""
     events = events or SchedulerEvents()
     pending = sorted(jobs, key=lambda j: (-j.estimate_bytes, j.name))
-    running: dict[Future, tuple[Job, float]] = {}
+    running: dict[Future, Job] = {}
     outcomes: list[Outcome] = []
     failed = False
-    lock = threading.Lock()
-
     def running_bytes() -> int:
-        return sum(job.estimate_bytes for job, _ in running.values())
+        return sum(job.estimate_bytes for job in running.values())
 
+    # Admission and bookkeeping happen on this thread only; workers just run jobs.
     with ThreadPoolExecutor(max_workers=budget.cpu_slots) as pool:
         while pending or running:
             if not (failed and stop_on_failure):
                 for job in list(pending):
-                    with lock:
-                        if not admissible(job, running_bytes(), len(running), budget):
-                            continue
+                    if admissible(job, running_bytes(), len(running), budget):
                         pending.remove(job)
                         events.started(job)
-                        running[pool.submit(runner, job)] = (job, time.monotonic())
-            elif not running:
-                break
+                        running[pool.submit(runner, job)] = job
             if not running:
                 break
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for future in done:
-                job, started = running.pop(future)
+                job = running.pop(future)
                 try:
                     ok, result = future.result()
                 except Exception as exc:  # a runner bug must not hang the build
                     ok, result = False, exc
-                outcome = Outcome(job, ok, result, started, time.monotonic())
+                outcome = Outcome(job, ok, result)
                 outcomes.append(outcome)
                 failed = failed or not ok
                 events.finished(outcome)

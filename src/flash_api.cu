@@ -184,6 +184,31 @@ bool is_aligned(const void* pointer, size_t alignment) {
     return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
 }
 
+// Every size-prefixed argument struct: present, and at least as large as this version's, so
+// the library never reads past what the caller allocated.
+template <typename Args>
+fas_status check_args_struct(const Args* args, const char* type_name, const char* initialiser) noexcept {
+    if (args == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat("args is NULL; pass a ", type_name, " set up with ", initialiser));
+    }
+    if (args->struct_size < sizeof(Args)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("args->struct_size is ", args->struct_size, " but this library needs at least ",
+                           sizeof(Args), " (sizeof(", type_name, ")); initialise the struct with ", initialiser));
+    }
+    return FAS_SUCCESS;
+}
+
+// A non-sticky error left by the caller's earlier work would otherwise be reported as ours.
+fas_status check_no_pending_cuda_error() noexcept {
+    const cudaError_t pending = cudaPeekAtLastError();
+    if (pending == cudaSuccess) return FAS_SUCCESS;
+    return fail(FAS_ERROR_CUDA,
+                concat("a CUDA error from earlier work on this thread is still pending: ", cudaGetErrorName(pending),
+                       " (", cudaGetErrorString(pending), "); nothing was launched. Handle it with "
+                       "cudaGetLastError() (a sticky error needs a process restart) and call again"));
+}
+
 // q, k, v and out must be set and 16-byte aligned (both families load rows with 16-byte
 // accesses, TMA for SM90); the optional LSE must be float-aligned.
 fas_status check_tensor_pointers(const void* q, const void* k, const void* v, const void* out,
@@ -373,14 +398,9 @@ fas_status check_current_device(DeviceProps* props) {
 // Copies the caller's struct (only the fields this version knows) and checks every field.
 // On success *resolved has default row strides and softmax scale filled in.
 fas_status validate_args(const fas_fwd_args* user_args, fas_fwd_args* resolved) {
-    if (user_args == nullptr) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, "args is NULL; pass a fas_fwd_args set up with fas_fwd_args_init()");
-    }
-    if (user_args->struct_size < sizeof(fas_fwd_args)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("args->struct_size is ", user_args->struct_size, " but this library needs at least ",
-                           sizeof(fas_fwd_args), " (sizeof(fas_fwd_args)); initialise the struct with "
-                           "fas_fwd_args_init() or FAS_FWD_ARGS_INIT"));
+    if (const fas_status status = check_args_struct(user_args, "fas_fwd_args", "fas_fwd_args_init() or FAS_FWD_ARGS_INIT");
+        status != FAS_SUCCESS) {
+        return status;
     }
     std::memcpy(resolved, user_args, sizeof(fas_fwd_args));
     fas_fwd_args& args = *resolved;
@@ -674,13 +694,7 @@ fas_status run_forward(const fas_fwd_args* user_args) {
     fas_status status = validate_and_plan(user_args, &args, &plan);
     if (status != FAS_SUCCESS) return status;
 
-    const cudaError_t pending = cudaPeekAtLastError();
-    if (pending != cudaSuccess) {
-        return fail(FAS_ERROR_CUDA,
-                    concat("a CUDA error from earlier work on this thread is still pending: ", cudaGetErrorName(pending),
-                           " (", cudaGetErrorString(pending), "); nothing was launched. Handle it with "
-                           "cudaGetLastError() (a sticky error needs a process restart) and call again"));
-    }
+    if (const fas_status status = check_no_pending_cuda_error(); status != FAS_SUCCESS) return status;
 
     StreamScratch allocated(args.stream);
     char* scratch = nullptr;
@@ -823,14 +837,9 @@ int max_length(const int32_t* offsets, int batch_size) {
 fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
-    if (user_args == nullptr) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, "args is NULL; pass a fas_plan_args set up with fas_plan_args_init()");
-    }
-    if (user_args->struct_size < sizeof(fas_plan_args)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("args->struct_size is ", user_args->struct_size, " but this library needs at least ",
-                           sizeof(fas_plan_args), " (sizeof(fas_plan_args)); initialise the struct with "
-                           "fas_plan_args_init()"));
+    if (const fas_status status = check_args_struct(user_args, "fas_plan_args", "fas_plan_args_init()");
+        status != FAS_SUCCESS) {
+        return status;
     }
     fas_plan_args args;
     std::memcpy(&args, user_args, sizeof(args));
@@ -1003,14 +1012,9 @@ fas_status check_plan(const fas_plan* plan) {
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     fas_status status = check_plan(plan);
     if (status != FAS_SUCCESS) return status;
-    if (user_args == nullptr) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, "args is NULL; pass a fas_plan_run_args set up with fas_plan_run_args_init()");
-    }
-    if (user_args->struct_size < sizeof(fas_plan_run_args)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("args->struct_size is ", user_args->struct_size, " but this library needs at least ",
-                           sizeof(fas_plan_run_args), " (sizeof(fas_plan_run_args)); initialise the struct with "
-                           "fas_plan_run_args_init()"));
+    if (const fas_status status = check_args_struct(user_args, "fas_plan_run_args", "fas_plan_run_args_init()");
+        status != FAS_SUCCESS) {
+        return status;
     }
     fas_plan_run_args args;
     std::memcpy(&args, user_args, sizeof(args));
@@ -1026,13 +1030,7 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
                     concat("the current device is ", device, " but the plan was made on device ", plan->device,
                            "; call cudaSetDevice(", plan->device, ") before fas_plan_run, or make a plan per device"));
     }
-    const cudaError_t pending = cudaPeekAtLastError();
-    if (pending != cudaSuccess) {
-        return fail(FAS_ERROR_CUDA,
-                    concat("a CUDA error from earlier work on this thread is still pending: ", cudaGetErrorName(pending),
-                           " (", cudaGetErrorString(pending), "); nothing was launched. Handle it with "
-                           "cudaGetLastError() (a sticky error needs a process restart) and call again"));
-    }
+    if (const fas_status status = check_no_pending_cuda_error(); status != FAS_SUCCESS) return status;
 
     if (plan->family == FAS_FAMILY_SM90) {
         fas_sm90::RaggedArgs ragged = plan->sm90_args;
