@@ -1,8 +1,8 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: FlashInfer's Hopper kernel
 // (BatchPrefillWithRaggedKVCacheDispatched, per-head persistent schedule, no sliding window,
-// StandardAttention variant) driven by our own params struct. Included only by the
-// build-generated kernel translation units, each of which defines one
-// launch_ragged<Dtype, HeadDim, Causal> specialization as run_ragged<CutlassType, ...>.
+// StandardAttention math, with our race-free epilogue: sm90/ordered_epilogue.cuh) driven by our
+// own params struct. Included only by the build-generated kernel translation units, each of
+// which defines one launch_ragged<Dtype, HeadDim, Causal> specialization as run_ragged<...>.
 #ifndef FAS_SM90_RAGGED_LAUNCH_CUH
 #define FAS_SM90_RAGGED_LAUNCH_CUH
 
@@ -13,6 +13,8 @@
 
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
+
+#include "sm90/ordered_epilogue.cuh"
 
 #include "sm90/ragged_args.h"
 
@@ -93,7 +95,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     try {
         return flashinfer::BatchPrefillWithRaggedKVCacheDispatched<
             HeadDim, HeadDim, kMask, /*LEFT_SLIDING_WINDOW=*/false, /*SAME_SCHEDULE_FOR_ALL_HEADS=*/false,
-            flashinfer::StandardAttention, Params>(params, /*enable_pdl=*/false, stream);
+            OrderedEpilogueAttention, Params>(params, /*enable_pdl=*/false, stream);
     } catch (...) {
         return cudaErrorUnknown;  // host-side failure inside the dispatcher; nothing escapes
     }

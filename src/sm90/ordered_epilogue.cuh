@@ -1,0 +1,109 @@
+// Our epilogue for FlashInfer's SM90 (fp16/bf16) prefill kernel, selected through our own
+// attention variant type. It fixes a race in the pinned upstream epilogue (flashinfer-python
+// 0.7.2.post1, hopper/epilogue.cuh, CollectiveEpilogue::store):
+//
+//  * Every consumer thread does `bar.arrive` and then `bar.sync` on the same named barrier with
+//    the count of consumer threads. Both instructions count arrivals, so the barrier can complete
+//    with one warpgroup's arrive+sync before the other warpgroup has staged its rows in shared
+//    memory; the early warpgroup then copies stale shared memory (last V tile, which smem_o
+//    overlays) to global memory. Measured on an H200: hdim 128 non-causal rows 64-127 of a tile
+//    (the second consumer warpgroup's rows) came out wrong by up to 4.8 in 29 of 30 runs.
+//  * After the shared-to-global copy nothing waits for all consumer threads; only the last warp
+//    releases barrier_O, which lets the producer TMA-load the next tile's V over smem_o. Without
+//    the warp scheduler barrier (hdim 256) other warps can still be reading smem_o then.
+//
+// Here: one full consumer barrier between staging and the copy, and one after the copy.
+// Everything else (layouts, params, store_zero) is the upstream epilogue's, inherited.
+#ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
+#define FAS_SM90_ORDERED_EPILOGUE_CUH
+
+#include <flashinfer/attention/hopper/epilogue.cuh>
+#include <flashinfer/attention/hopper/kernel_traits.cuh>
+#include <flashinfer/attention/hopper/named_barrier.cuh>
+#include <flashinfer/attention/hopper/variants.cuh>
+
+namespace fas_sm90 {
+
+// FlashInfer's StandardAttention under our own name, so that kernel traits built with it pick
+// the epilogue below; the attention math is unchanged.
+struct OrderedEpilogueAttention : flashinfer::StandardAttention {
+    using flashinfer::StandardAttention::StandardAttention;
+};
+
+}  // namespace fas_sm90
+
+namespace flashinfer {
+
+template <bool kUseTmaLoadKV, int kHeadDimQK, int kHeadDimVO, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ,
+          typename DTypeKV, typename DTypeO, typename IdType>
+struct CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV, kStages, DTypeQ,
+                                                DTypeKV, DTypeO, IdType, fas_sm90::OrderedEpilogueAttention>>
+    : CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV, kStages, DTypeQ,
+                                               DTypeKV, DTypeO, IdType, StandardAttention>> {
+    using Upstream = CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV,
+                                                              kStages, DTypeQ, DTypeKV, DTypeO, IdType,
+                                                              StandardAttention>>;
+    using typename Upstream::Params;
+
+    // Barriers over all consumer threads (the producer warpgroup takes no part in the epilogue).
+    static CUTLASS_DEVICE void consumers_sync(NamedBarriers id) {
+        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, static_cast<int>(id));
+    }
+    static CUTLASS_DEVICE void consumers_sync(cutlass::arch::ReservedNamedBarriers id) {
+        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, id);
+    }
+
+    template <typename BlockCoord, typename SharedStorage, typename FrgTensorO, typename FrgTensorLSE,
+              typename TiledMma>
+    CUTLASS_DEVICE void store(Params const& params, FrgTensorO const& acc_o, FrgTensorLSE const& row_lse,
+                              SharedStorage& shared_storage, TiledMma tiled_mma, int thread_idx,
+                              BlockCoord const& block_coord) {
+        using namespace cute;
+        const int tile = get<0>(block_coord);
+        const int qo_head = get<1>(block_coord);
+        const int qo_start = get<3>(block_coord);
+        const int qo_len = get<5>(block_coord);
+        const int rows_left = qo_len - tile * Upstream::CTA_Q;
+
+        Tensor staged = make_tensor(make_smem_ptr(shared_storage.smem_o.data()), typename Upstream::SmemLayoutO{});
+
+        // smem_o overlays smem_v: no consumer may still be reading V.
+        consumers_sync(NamedBarriers::kValueEmpty);
+        {
+            auto stsm = make_tiled_copy_C(typename Upstream::SmemCopyAtomO{}, tiled_mma);
+            auto thread_stsm = stsm.get_thread_slice(thread_idx);
+            Tensor narrowed = convert_type<typename Upstream::DTypeO>(acc_o);
+            cute::copy(stsm, thread_stsm.retile_S(narrowed), thread_stsm.partition_D(staged));
+        }
+
+        // LSE straight from registers: the thread that holds column 0 of a row writes it.
+        if (params.lse_ptr != nullptr) {
+            Tensor lse_rows = get_lse_local_tile_tensor(make_tensor(make_gmem_ptr(params.lse_ptr), params.layout_LSE),
+                                                        Shape<Int<Upstream::CTA_Q>>{}, qo_head, qo_start,
+                                                        qo_len)(_, tile);
+            Tensor coords = tiled_mma.get_thread_slice(thread_idx)
+                                .partition_C(make_identity_tensor(select<0, 1>(typename Upstream::TileShape_PDV{})));
+            Tensor row_coords = coords(make_coord(_0{}, _, _0{}), _, _0{});
+            if (get<1>(row_coords(_0{})) == 0) {
+                CUTLASS_PRAGMA_UNROLL
+                for (int i = 0; i < size(row_lse); ++i) {
+                    const int row = get<0>(row_coords(i));
+                    if (row < rows_left) lse_rows(row) = row_lse(i);
+                }
+            }
+        }
+
+        // Every warpgroup's rows are staged before anyone copies the tile out.
+        consumers_sync(cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+        typename Upstream::TiledCopyO copy_out;
+        write_O<Upstream::NUM_COPY_THREADS>(params.O_ptr, copy_out, params.layout_O,
+                                            select<0, 1>(typename Upstream::TileShape_PDV{}), staged, thread_idx,
+                                            tile, qo_head, qo_start, qo_len, Upstream::NUM_WARPS - 1);
+        // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O).
+        consumers_sync(NamedBarriers::kValueEmpty);
+    }
+};
+
+}  // namespace flashinfer
+
+#endif  // FAS_SM90_ORDERED_EPILOGUE_CUH
