@@ -2,15 +2,19 @@
 flash backends), measured in the same run on the same GPU.
 
 Runs on a GPU machine with PyTorch (the library itself never needs it); loads the library
-from an exported artifact folder through ctypes:
+from one or more exported artifact folders through ctypes (a request goes to the first
+library that serves it, so e.g. minimal + hopper-check cover head dims 64-256 and FP8):
 
-    python3 bench/bench_attention.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a
+    python3 bench/bench_attention.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a \
+        artifacts/0.1.0/hoppercheck-cuda12.4-sm90a
 
-Prints one markdown table: TFLOPS per implementation and the library's ratio to cuDNN;
-the FA2 column is the one-call fas_fwd, which always runs the FA2 family.
+Prints one markdown table: TFLOPS per implementation and the library's ratio to cuDNN.
 The library runs through its plan API (fas_plan_create once per batch layout, then
 fas_plan_run), which picks the SM90 family where it is built and FA2 otherwise; it is
-timed with the plan reused and, separately, with planning inside every call.
+timed with the plan reused and, separately, with planning inside every call (create, run,
+synchronize, destroy), whose extra time is given as a share of one forward. The FP8 column
+runs the same shape with the inputs rounded to e4m3 (descales 1) and the row's dtype as
+output. The FA2 column is the one-call fas_fwd, which always runs the FA2 family.
 FLOPs are counted as 4 * B * H * Sq * Sk * D (two matmuls), halved for causal masks
 (the exact causal count, 4*B*H*D*Sq*(Sq+1)/2 for Sq == Sk, is within 1/S of that).
 """
@@ -27,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FP16, BF16 = 0, 1
+FP16, BF16, E4M3 = 0, 1, 2
 
 
 class FwdArgs(ctypes.Structure):
@@ -60,7 +64,7 @@ class PlanArgs(ctypes.Structure):
         ("q_row_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64),
         ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
         ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int), ("disable_sm90", ctypes.c_int),
-        ("stream", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p), ("out_dtype", ctypes.c_int),
     ]
 
 
@@ -71,6 +75,7 @@ class PlanRunArgs(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
         ("softmax_lse", ctypes.c_void_p), ("stream", ctypes.c_void_p),
+        ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
     ]
 
 
@@ -140,14 +145,17 @@ class Library:
 
     def plan_fns(self, q, k, v, out, causal, lengths):
         """(run with the plan reused, run with planning in every call, family name) for a
-        varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]."""
+        varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
+        make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output."""
         offsets = [0]
         for length in lengths:
             offsets.append(offsets[-1] + length)
         host_offsets = (ctypes.c_int32 * len(offsets))(*offsets)
         plan_args = PlanArgs()
         plan_args.struct_size = ctypes.sizeof(PlanArgs)
-        plan_args.dtype = BF16 if q.dtype == torch.bfloat16 else FP16
+        out_dtype = BF16 if out.dtype == torch.bfloat16 else FP16
+        plan_args.dtype = E4M3 if q.dtype == torch.float8_e4m3fn else out_dtype
+        plan_args.out_dtype = out_dtype
         plan_args.cu_seqlens_q = plan_args.cu_seqlens_k = ctypes.cast(host_offsets, ctypes.c_void_p)
         plan_args.batch_size = len(lengths)
         _, plan_args.num_heads_q, plan_args.head_dim = q.shape
@@ -184,6 +192,27 @@ class Library:
     def _check(self, status: int) -> None:
         if status != 0:
             raise RuntimeError(f"fas status {status}: {self.lib.fas_get_last_error().decode()}")
+
+
+class Libraries:
+    """Several artifacts in one run (e.g. minimal + hopper-check): each request goes to the
+    first library that serves it."""
+
+    def __init__(self, artifacts):
+        self.libs = [Library(a) for a in artifacts]
+
+    def plan_fns(self, *args):
+        errors = []
+        for lib in self.libs:
+            try:
+                return lib.plan_fns(*args)
+            except RuntimeError as error:
+                errors.append(str(error))
+        raise RuntimeError("; ".join(errors))
+
+    def fa2_library(self, dtype: int, head_dim: int, causal: bool):
+        """The first library with an FA2 kernel of exactly head_dim, else None."""
+        return next((lib for lib in self.libs if lib.kernel_head_dim(dtype, head_dim, causal) == head_dim), None)
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -237,38 +266,50 @@ def ratio(a, b) -> str:
     return f"{b / a:.2f}x" if isinstance(a, float) and isinstance(b, float) else "n/a"
 
 
-def dense_rows(lib, args):
+def overhead(reused, replanned) -> str:
+    """Planning cost as a share of one forward with the plan reused."""
+    return f"{(replanned - reused) / reused * 100:.0f}%" if isinstance(reused, float) and isinstance(replanned, float) else "n/a"
+
+
+def dense_rows(libs, args):
     rows = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
         for head_dim in args.head_dims:
             for causal in (False, True):
-                fa2_served = lib.kernel_head_dim(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
+                fa2_lib = libs.fa2_library(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
                 for seqlen in args.seqlens:
                     batch = max(1, args.total_tokens // seqlen)
                     shape = (batch, seqlen, args.heads, head_dim)
                     q, k, v = (torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
                     out = torch.empty_like(q)
                     flops = 4.0 * batch * args.heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-                    family, ours, with_plan = "-", "not built", "not built"
+                    family, ours, with_plan, fp8 = "-", "not built", "not built", "not built"
                     flat = [t.view(batch * seqlen, args.heads, head_dim) for t in (q, k, v, out)]
                     try:
-                        reused, replanned, family = lib.plan_fns(*flat, causal, [seqlen] * batch)
+                        reused, replanned, family = libs.plan_fns(*flat, causal, [seqlen] * batch)
                         ours = try_time(reused, args.repeats)
                         with_plan = try_time(replanned, args.repeats)
                     except RuntimeError:
-                        pass  # no family of this build serves the shape
-                    fa2 = (try_time(lib.forward_fn(q, k, v, out, causal), args.repeats)
-                           if fa2_served == head_dim else "not built")
+                        pass  # no family of these builds serves the shape
+                    # FP8 e4m3 inputs (same values, rounded), output in this row's dtype.
+                    flat8 = [t.to(torch.float8_e4m3fn) for t in flat[:3]] + [flat[3]]
+                    try:
+                        fp8 = try_time(libs.plan_fns(*flat8, causal, [seqlen] * batch)[0], args.repeats)
+                    except RuntimeError:
+                        pass
+                    fa2 = (try_time(fa2_lib.forward_fn(q, k, v, out, causal), args.repeats)
+                           if fa2_lib is not None else "not built")
                     cudnn = try_time(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), args.repeats)
                     flash = try_time(sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), args.repeats)
                     rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}", family,
-                                 tflops(flops, ours), tflops(flops, with_plan), tflops(flops, fa2),
+                                 tflops(flops, ours), tflops(flops, with_plan), overhead(ours, with_plan),
+                                 tflops(flops, fp8), ratio(fp8, ours), tflops(flops, fa2),
                                  tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn)))
     return rows
 
 
-def varlen_row(lib, args):
+def varlen_row(libs, args):
     """Qwen2.5-VL-3B-like LLM batch: 16 query / 2 KV heads, hdim 128, causal, 7 sequences,
     16k tokens. SDPA has no varlen entry point: its number is one call per sequence."""
     lengths = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
@@ -281,7 +322,7 @@ def varlen_row(lib, args):
     for length in lengths:
         offsets.append(offsets[-1] + length)
     flops = sum(4.0 * 16 * n * n * 128 / 2 for n in lengths)
-    reused, replanned, family = lib.plan_fns(q, k, v, out, True, lengths)
+    reused, replanned, family = libs.plan_fns(q, k, v, out, True, lengths)
     ours = try_time(reused, args.repeats)
     with_plan = try_time(replanned, args.repeats)
     pieces = [(q[a:b].unsqueeze(0), k[a:b].unsqueeze(0), v[a:b].unsqueeze(0)) for a, b in zip(offsets, offsets[1:])]
@@ -293,15 +334,23 @@ def varlen_row(lib, args):
     cudnn = try_time(looped(SDPBackend.CUDNN_ATTENTION), args.repeats)
     flash = try_time(looped(SDPBackend.FLASH_ATTENTION), args.repeats)
     cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
-    fa2 = try_time(lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
+    fa2_lib = libs.fa2_library(BF16, 128, True)
+    fa2 = (try_time(fa2_lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
+           if fa2_lib is not None else "not built")
+    try:
+        flat8 = [t.to(torch.float8_e4m3fn) for t in (q, k, v)]
+        fp8 = try_time(libs.plan_fns(*flat8, out, True, lengths)[0], args.repeats)
+    except RuntimeError:
+        fp8 = "not built"
     return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, tflops(flops, ours),
-            tflops(flops, with_plan), tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash),
-            ratio(ours, cudnn))
+            tflops(flops, with_plan), overhead(ours, with_plan), tflops(flops, fp8), ratio(fp8, ours),
+            tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--artifact", type=Path, required=True, help="artifacts/<version>/<entry>/ folder")
+    parser.add_argument("--artifact", type=Path, nargs="+", required=True,
+                        help="artifacts/<version>/<entry>/ folder(s); a request uses the first that serves it")
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"])
     parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128, 256])
     parser.add_argument("--seqlens", nargs="+", type=int, default=[1024, 4096, 16384])
@@ -310,16 +359,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     torch.manual_seed(0)
-    lib = Library(args.artifact)
+    libs = Libraries(args.artifact)
+    names = ", ".join(a.name for a in args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
-          f"library {lib.lib.fas_version_string().decode()} ({args.artifact.name})")
+          f"library {libs.libs[0].lib.fas_version_string().decode()} ({names})")
     print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings")
     print()
     print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS, plan reused | library TFLOPS, "
-          "planning in each call | library FA2 (fas_fwd) TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | "
+          "planning in each call | planning cost (% of one forward) | library FP8 e4m3 in TFLOPS, plan reused | "
+          "FP8 / 16-bit (library) | library FA2 (fas_fwd) TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | "
           "library (plan reused) / cuDNN |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in dense_rows(lib, args) + [varlen_row(lib, args)]:
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in dense_rows(libs, args) + [varlen_row(libs, args)]:
         print("| " + " | ".join(str(c) for c in row) + " |")
 
 

@@ -5,7 +5,7 @@ A kernel without races writes bit-identical output on every run of one plan; a d
 names a race, and where it lands (sequence, row within the query tile, head) says which
 stage of the kernel it is in. Runs on a GPU machine with PyTorch:
 
-    python3 bench/repeat_probe.py --artifact artifacts/0.1.0/<entry> [--runs 30]
+    python3 bench/repeat_probe.py --artifact artifacts/0.1.0/<entry> [<entry> ...] [--runs 30]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import Library  # noqa: E402
+from bench_attention import Libraries  # noqa: E402
 
 CONFIGS = [
     # name, dtype, head_dim, causal, heads_q, heads_kv, lengths
@@ -28,6 +28,12 @@ CONFIGS = [
     ("hd128 causal varlen 16/2", torch.bfloat16, 128, True, 16, 2, [1, 4097, 37, 200, 129, 3, 1]),
     ("hd64 full varlen 16/2", torch.bfloat16, 64, False, 16, 2, [1, 4097, 37, 200, 129, 3, 1]),
     ("hd64 causal 4x4096 16/2", torch.float16, 64, True, 16, 2, [4096] * 4),
+    ("hd256 full varlen 16/2", torch.bfloat16, 256, False, 16, 2, [1, 4097, 37, 200, 129, 3, 1]),
+    ("hd256 causal 4x4096 8/8", torch.float16, 256, True, 8, 8, [4096] * 4),
+    # FP8 e4m3 inputs, bf16 output (dtype below is the output's).
+    ("fp8 hd64 full varlen 16/2", "e4m3->bf16", 64, False, 16, 2, [1, 4097, 37, 200, 129, 3, 1]),
+    ("fp8 hd128 full 4x4096 16/2", "e4m3->bf16", 128, False, 16, 2, [4096] * 4),
+    ("fp8 hd256 causal varlen 8/8", "e4m3->fp16", 256, True, 8, 8, [1, 4097, 37, 200, 129, 3, 1]),
 ]
 
 
@@ -61,15 +67,20 @@ def locate(token, lengths, tile):
 def probe(lib, name, dtype, head_dim, causal, heads_q, heads_kv, lengths, runs, seed):
     torch.manual_seed(seed)
     total = sum(lengths)
-    q = torch.randn(total, heads_q, head_dim, dtype=dtype, device="cuda")
-    k = torch.randn(total, heads_kv, head_dim, dtype=dtype, device="cuda")
-    v = torch.randn(total, heads_kv, head_dim, dtype=dtype, device="cuda")
+    fp8 = isinstance(dtype, str)
+    out_dtype = {"e4m3->bf16": torch.bfloat16, "e4m3->fp16": torch.float16}[dtype] if fp8 else dtype
+    q = torch.randn(total, heads_q, head_dim, dtype=out_dtype, device="cuda")
+    k = torch.randn(total, heads_kv, head_dim, dtype=out_dtype, device="cuda")
+    v = torch.randn(total, heads_kv, head_dim, dtype=out_dtype, device="cuda")
     out = torch.empty_like(q)
+    if fp8:
+        q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
     reused, _, family = lib.plan_fns(q, k, v, out, causal, lengths)
     ref = reference(q, k, v, lengths, causal, head_dim ** -0.5)
     first = None
     moved = torch.zeros(total, heads_q, dtype=torch.bool, device="cuda")
     unwritten = torch.zeros(total, heads_q, dtype=torch.bool, device="cuda")
+    first_err = None
     runs_differing = 0
     worst_err = torch.zeros(total, heads_q, device="cuda")
     for _ in range(runs):
@@ -109,11 +120,11 @@ def probe(lib, name, dtype, head_dim, causal, heads_q, heads_kv, lengths, runs, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifact", type=Path, required=True)
+    parser.add_argument("--artifact", type=Path, nargs="+", required=True)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--only", default="", help="substring of the config names to run")
     args = parser.parse_args()
-    lib = Library(args.artifact)
+    lib = Libraries(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}")
     failing = 0
     for seed, config in enumerate(CONFIGS):

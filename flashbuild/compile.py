@@ -128,11 +128,14 @@ class EntryCompiler:
         if source_name == "flash-attn":
             return [f"-I{source.path('kernels').resolve()}", f"-I{source.path('cutlass').resolve()}"]
         # FlashInfer's SM90 templates need its own CCCL ahead of the toolkit's, and its CUTLASS 4.5.
+        # NDEBUG as FlashInfer builds them: without it CUTLASS keeps debug role checks in its
+        # pipelines (brkpt), which the FP8 kernel's V-transpose pipeline trips on every launch.
         return [
             *(f"-I{source.path(role).resolve()}" for role in ("cub", "libcudacxx", "thrust", "include")),
             *(arg for role in ("cutlass", "cutlass_util") for arg in ("-isystem", str(source.path(role).resolve()))),
             "-DFLASHINFER_ENABLE_F16",
             "-DFLASHINFER_ENABLE_BF16",
+            "-DNDEBUG",
         ]
 
     def api_flags(self, registry: Path) -> list[str]:

@@ -13,11 +13,16 @@ from pathlib import Path
 from .options import Entry, Matrix
 
 CUTLASS_TYPES = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
-API_DTYPES = {"fp16": "FAS_DTYPE_FP16", "bf16": "FAS_DTYPE_BF16"}
-API_DTYPE_VALUES = {"fp16": 0, "bf16": 1}  # the fas_dtype enum values, as SM90 template arguments
+API_DTYPES = {"fp16": "FAS_DTYPE_FP16", "bf16": "FAS_DTYPE_BF16", "e4m3": "FAS_DTYPE_E4M3"}
+API_DTYPE_VALUES = {"fp16": 0, "bf16": 1, "e4m3": 2}  # the fas_dtype enum values, as SM90 template arguments
 GIB = 1024**3
 # Which pinned upstream (sources.lock.yaml) each kernel family compiles from.
-FAMILY_SOURCES = {"fa2_fwd": "flash-attn", "fa2_fwd_split": "flash-attn", "sm90_prefill": "flashinfer-python"}
+FAMILY_SOURCES = {
+    "fa2_fwd": "flash-attn",
+    "fa2_fwd_split": "flash-attn",
+    "sm90_prefill": "flashinfer-python",
+    "sm90_fp8_prefill": "flashinfer-python",
+}
 
 
 
@@ -39,9 +44,9 @@ HOST_TUS = (
 
 @dataclass(frozen=True, order=True)
 class KernelTU:
-    family: str  # "fa2_fwd" (plain), "fa2_fwd_split" (split-KV) or "sm90_prefill" (FlashInfer SM90)
+    family: str  # "fa2_fwd" (plain), "fa2_fwd_split" (split-KV), "sm90_prefill" or "sm90_fp8_prefill" (FlashInfer SM90)
     head_dim: int
-    dtype: str
+    dtype: str  # element type of out; also of q/k/v except for sm90_fp8_prefill, whose inputs are e4m3
     causal: bool
 
     @property
@@ -49,9 +54,18 @@ class KernelTU:
         return self.family == "fa2_fwd_split"
 
     @property
+    def fp8(self) -> bool:
+        return self.family == "sm90_fp8_prefill"
+
+    @property
+    def input_dtype(self) -> str:
+        return "e4m3" if self.fp8 else self.dtype
+
+    @property
     def name(self) -> str:
         causal = "_causal" if self.causal else ""
-        return f"{self.family}_hdim{self.head_dim}_{self.dtype}{causal}_sm90"
+        dtypes = f"e4m3_to_{self.dtype}" if self.fp8 else self.dtype
+        return f"{self.family}_hdim{self.head_dim}_{dtypes}{causal}_sm90"
 
     @property
     def source(self) -> Path:
@@ -63,7 +77,14 @@ class KernelTU:
 
     @property
     def sm90(self) -> bool:
-        return self.family == "sm90_prefill"
+        return self.family in ("sm90_prefill", "sm90_fp8_prefill")
+
+    @property
+    def sm90_template_args(self) -> str:
+        """<InputDtype, OutputDtype, HeadDim, Causal> of fas_sm90::launch_ragged (fas_dtype values)."""
+        causal = "true" if self.causal else "false"
+        return (f"{API_DTYPE_VALUES[self.input_dtype]}, {API_DTYPE_VALUES[self.dtype]}, "
+                f"{self.head_dim}, {causal}")
 
     @property
     def function(self) -> str:
@@ -76,14 +97,15 @@ class KernelTU:
         """Demangled name (without return type and parameters) that `nm -C` must show."""
         causal = "true" if self.causal else "false"
         if self.sm90:
-            return f"fas_sm90::launch_ragged<{API_DTYPE_VALUES[self.dtype]}, {self.head_dim}, {causal}>"
+            return f"fas_sm90::launch_ragged<{self.sm90_template_args}>"
         return f"flash::{self.function}<{self.cutlass_type}, {self.head_dim}, {causal}>"
 
     @property
     def registry_line(self) -> str:
         causal = "true" if self.causal else "false"
         if self.sm90:
-            return f"FAS_SM90_PREFILL({API_DTYPES[self.dtype]}, {self.head_dim}, {causal})"
+            return (f"FAS_SM90_PREFILL({API_DTYPES[self.input_dtype]}, {API_DTYPES[self.dtype]}, "
+                    f"{self.head_dim}, {causal})")
         macro = "FAS_FA2_FWD_SPLIT" if self.split else "FAS_FA2_FWD"
         return f"{macro}({self.cutlass_type}, {API_DTYPES[self.dtype]}, {self.head_dim}, {causal})"
 

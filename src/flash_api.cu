@@ -43,10 +43,10 @@
     extern template void run_mha_fwd_splitkv_dispatch<ElementType, HeadDim, IsCausal>( \
         Flash_fwd_params&, cudaStream_t);                                            \
     }
-#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal)                                            \
-    namespace fas_sm90 {                                                                          \
-    template <>                                                                                   \
-    cudaError_t launch_ragged<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t);     \
+#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)                                          \
+    namespace fas_sm90 {                                                                              \
+    template <>                                                                                       \
+    cudaError_t launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t);   \
     }
 #include "kernel_registry.inc"
 #undef FAS_FA2_FWD
@@ -67,7 +67,8 @@ struct KernelEntry {
 };
 
 struct Sm90Entry {
-    fas_dtype dtype;
+    fas_dtype dtype;      // of q, k, v
+    fas_dtype out_dtype;  // of out: dtype, or fp16/bf16 for e4m3
     int head_dim;
     bool causal;
     fas_sm90::RaggedLaunchFn launch;
@@ -80,7 +81,7 @@ struct Sm90Entry {
 #define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal) \
     {DtypeEnum, HeadDim, IsCausal, true,                             \
      &FLASH_NAMESPACE::run_mha_fwd_splitkv_dispatch<ElementType, HeadDim, IsCausal>},
-#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal)
+#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)
 const KernelEntry kKernelTable[] = {
 #include "kernel_registry.inc"
     {FAS_DTYPE_FP16, 0, false, false, nullptr},
@@ -91,11 +92,11 @@ const KernelEntry kKernelTable[] = {
 
 #define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal)
 #define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal)
-#define FAS_SM90_PREFILL(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, HeadDim, IsCausal, &fas_sm90::launch_ragged<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal) \
+    {InEnum, OutEnum, HeadDim, IsCausal, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
 const Sm90Entry kSm90Table[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, 0, false, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, nullptr},
 };
 #undef FAS_FA2_FWD
 #undef FAS_FA2_FWD_SPLIT
@@ -176,9 +177,22 @@ fas_status guarded(Body&& body) noexcept {
     }
 }
 
-const char* dtype_name(fas_dtype dtype) { return dtype == FAS_DTYPE_BF16 ? "bf16" : "fp16"; }
+const char* dtype_name(fas_dtype dtype) {
+    return dtype == FAS_DTYPE_BF16 ? "bf16" : dtype == FAS_DTYPE_E4M3 ? "e4m3" : "fp16";
+}
 
+// The 16-bit dtypes: fas_fwd and FA2 take only these, and they are the FP8 output dtypes.
 bool is_valid_dtype(int dtype) { return dtype == FAS_DTYPE_FP16 || dtype == FAS_DTYPE_BF16; }
+
+fas_status fail_bad_dtype(int dtype) {
+    if (dtype == FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "dtype FAS_DTYPE_E4M3 runs only through the plan API (fas_plan_create with "
+                    "fas_plan_args.out_dtype), on the SM90 family; fas_fwd takes FAS_DTYPE_FP16 or FAS_DTYPE_BF16");
+    }
+    return fail(FAS_ERROR_INVALID_ARGUMENT,
+                concat("dtype ", dtype, " is not a fas_dtype; use FAS_DTYPE_FP16, FAS_DTYPE_BF16 or (plans) FAS_DTYPE_E4M3"));
+}
 
 bool is_aligned(const void* pointer, size_t alignment) {
     return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
@@ -405,10 +419,7 @@ fas_status validate_args(const fas_fwd_args* user_args, fas_fwd_args* resolved) 
     std::memcpy(resolved, user_args, sizeof(fas_fwd_args));
     fas_fwd_args& args = *resolved;
 
-    if (!is_valid_dtype(args.dtype)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("dtype ", static_cast<int>(args.dtype), " is not a fas_dtype; use FAS_DTYPE_FP16 or FAS_DTYPE_BF16"));
-    }
+    if (!is_valid_dtype(args.dtype)) return fail_bad_dtype(args.dtype);
     if (const fas_status status = check_tensor_pointers(args.q, args.k, args.v, args.out, args.softmax_lse);
         status != FAS_SUCCESS) {
         return status;
@@ -728,28 +739,40 @@ constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
 constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
 constexpr float kLn2 = 0.69314718055994530942f;
 
-const Sm90Entry* find_sm90_kernel(fas_dtype dtype, int head_dim, bool causal) {
+// out_dtype < 0: any output dtype (capability queries).
+const Sm90Entry* find_sm90_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal) {
     for (const Sm90Entry& entry : kSm90Kernels) {
-        if (entry.dtype == dtype && entry.head_dim == head_dim && entry.causal == causal) return &entry;
+        if (entry.dtype == dtype && (out_dtype < 0 || entry.out_dtype == out_dtype) && entry.head_dim == head_dim &&
+            entry.causal == causal) {
+            return &entry;
+        }
     }
     return nullptr;
 }
 
-// Empty if an SM90 kernel can serve (dtype, head_dim, causal) on a device of these properties,
-// else why not.
-std::string sm90_kernel_unavailable_reason(fas_dtype dtype, int head_dim, bool causal, const DeviceProps& device) {
+std::string sm90_kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal) {
+    return concat(dtype_name(dtype), dtype == out_dtype ? "" : concat("->", dtype_name(out_dtype)), "/hd", head_dim,
+                  causal ? "/causal" : "/full");
+}
+
+// Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal) on a device of these
+// properties, else why not.
+std::string sm90_kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
+                                           const DeviceProps& device) {
     if (!(device.cc_major == 9 && device.cc_minor == 0)) {
         return concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                       "; SM90 kernels need 9.0");
     }
-    if (find_sm90_kernel(dtype, head_dim, causal) == nullptr) {
+    if (find_sm90_kernel(dtype, out_dtype, head_dim, causal) == nullptr) {
         std::string built;
         for (const Sm90Entry& entry : kSm90Kernels) {
-            built += concat(built.empty() ? "" : ", ", dtype_name(entry.dtype), "/hd", entry.head_dim,
-                            entry.causal ? "/causal" : "/full");
+            built += concat(built.empty() ? "" : ", ",
+                            sm90_kernel_name(entry.dtype, entry.out_dtype, entry.head_dim, entry.causal));
         }
-        return concat("no SM90 kernel for ", dtype_name(dtype), " head_dim ", head_dim,
-                      causal ? " causal" : " non-causal", " is built (SM90 kernels of this build: ",
+        const std::string wanted = out_dtype < 0 ? sm90_kernel_name(dtype, dtype, head_dim, causal)
+                                                 : sm90_kernel_name(dtype, static_cast<fas_dtype>(out_dtype),
+                                                                    head_dim, causal);
+        return concat("no SM90 kernel ", wanted, " is built (SM90 kernels of this build: ",
                       built.empty() ? "none" : built, "; they serve their exact head dim only)");
     }
     return std::string();
@@ -771,6 +794,7 @@ struct fas_plan {
     int sm_count = 0;
     int kernel_head_dim = 0;
     int num_heads_q = 0;
+    bool fp8 = false;     // e4m3 inputs (SM90 only): runs pass descale factors
     int first_q_row = 0;  // cu_seqlens_q[0]
     int total_q = 0;      // cu_seqlens_q[batch_size]
     int total_k = 0;
@@ -843,6 +867,13 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     }
     fas_plan_args args;
     std::memcpy(&args, user_args, sizeof(args));
+    const bool fp8 = args.dtype == FAS_DTYPE_E4M3;
+    if (fp8 && !is_valid_dtype(args.out_dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("out_dtype ", static_cast<int>(args.out_dtype), " is not FAS_DTYPE_FP16 or FAS_DTYPE_BF16; ",
+                           "an FAS_DTYPE_E4M3 plan needs the element type of out there"));
+    }
+    const fas_dtype out_dtype = fp8 ? args.out_dtype : args.dtype;
     if (args.batch_size <= 0 || args.batch_size > kMaxGridDimYZ) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("batch_size ", args.batch_size, " is out of range; it must be in [1, ", kMaxGridDimYZ, "]"));
@@ -866,7 +897,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     fas_fwd_args fwd;
     fas_fwd_args_init(&fwd);
     alignas(16) static const int32_t kAlignedPlaceholder[4] = {};
-    fwd.dtype = args.dtype;
+    fwd.dtype = out_dtype;  // the 16-bit rules; FP8 inputs get their own stride rule below
     fwd.q = fwd.k = fwd.v = kAlignedPlaceholder;
     fwd.out = const_cast<int32_t*>(kAlignedPlaceholder);
     fwd.softmax_lse = const_cast<float*>(reinterpret_cast<const float*>(kAlignedPlaceholder));
@@ -889,6 +920,19 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     status = validate_args(&fwd, &resolved);
     if (status != FAS_SUCCESS) return status;
     const bool causal = resolved.causal != 0;
+    if (fp8) {
+        // TMA moves 16-byte units: a row of 1-byte elements must start 16-byte aligned.
+        const std::pair<int64_t, const char*> fp8_strides[] = {
+            {resolved.q_row_stride, "q_row_stride"}, {resolved.k_row_stride, "k_row_stride"},
+            {resolved.v_row_stride, "v_row_stride"}};
+        for (const auto& [stride, name] : fp8_strides) {
+            if (stride % 16 != 0) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat(name, " is ", stride, " elements; e4m3 rows must be multiples of 16 elements "
+                                   "(16 bytes) apart"));
+            }
+        }
+    }
 
     DeviceProps device{};
     int device_index = 0;
@@ -905,9 +949,15 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     if (args.disable_sm90 != 0) {
         sm90_reason = "disabled by fas_plan_args.disable_sm90";
     } else {
-        sm90_reason = sm90_kernel_unavailable_reason(resolved.dtype, resolved.head_dim, causal, device);
+        sm90_reason = sm90_kernel_unavailable_reason(args.dtype, out_dtype, resolved.head_dim, causal, device);
         if (sm90_reason.empty()) sm90_reason = fas_sm90::layout_unsupported_reason(layout);
-        if (sm90_reason.empty()) sm90_kernel = find_sm90_kernel(resolved.dtype, resolved.head_dim, causal);
+        if (sm90_reason.empty()) sm90_kernel = find_sm90_kernel(args.dtype, out_dtype, resolved.head_dim, causal);
+    }
+    if (fp8 && sm90_kernel == nullptr) {
+        const bool wrong_device = !(device.cc_major == 9 && device.cc_minor == 0);
+        return fail(wrong_device ? FAS_ERROR_UNSUPPORTED_DEVICE : FAS_ERROR_NOT_BUILT,
+                    concat("FP8 (e4m3) plans run only on the SM90 family, which cannot serve this one: ", sm90_reason,
+                           wrong_device ? "" : "; rebuild with a matching sm90_fp8_prefill kernel (matrix full)"));
     }
     const KernelEntry* fa2_kernel = sm90_kernel != nullptr ? nullptr : find_plain_kernel(resolved.dtype, resolved.head_dim, causal);
     if (sm90_kernel == nullptr && fa2_kernel == nullptr) {
@@ -933,6 +983,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
         if (error == cudaErrorInvalidValue) {
             // The planner refused the layout: fall back to FA2 if it can serve the plan.
             cudaGetLastError();
+            if (fp8) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(message, "; FP8 plans have no FA2 fallback"));
             sm90_reason = message;
             sm90_kernel = nullptr;
             fa2_kernel = find_plain_kernel(resolved.dtype, resolved.head_dim, causal);
@@ -950,6 +1001,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
 
     if (sm90_kernel != nullptr) {
         plan->family = FAS_FAMILY_SM90;
+        plan->fp8 = fp8;
         plan->kernel_head_dim = sm90_kernel->head_dim;
         plan->sm90_launch = sm90_kernel->launch;
         plan->device_bytes = fas_sm90::schedule_device_bytes(plan->schedule);
@@ -1039,6 +1091,16 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
         ragged.v = args.v;
         ragged.out = args.out;
         ragged.lse = args.softmax_lse;
+        if (plan->fp8) {
+            for (const float* descale : {args.q_descale, args.k_descale, args.v_descale}) {
+                if (!is_aligned(descale, sizeof(float))) {
+                    return fail(FAS_ERROR_INVALID_ARGUMENT, "q_descale / k_descale / v_descale must be 4-byte aligned");
+                }
+            }
+            ragged.q_descale = args.q_descale;
+            ragged.k_descale = args.k_descale;
+            ragged.v_descale = args.v_descale;
+        }
         error = plan->sm90_launch(ragged, args.stream);
         if (error == cudaSuccess) error = cudaGetLastError();
         if (error != cudaSuccess) return fail_cuda(error, "SM90 kernel launch");
@@ -1074,20 +1136,21 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
 }
 
 fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family, int* kernel_head_dim) {
-    if (!is_valid_dtype(dtype)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("dtype ", static_cast<int>(dtype), " is not a fas_dtype; use FAS_DTYPE_FP16 or FAS_DTYPE_BF16"));
-    }
+    const bool fp8 = dtype == FAS_DTYPE_E4M3;
+    if (!fp8 && !is_valid_dtype(dtype)) return fail_bad_dtype(dtype);
     fas_status status = validate_head_dim(head_dim);
     if (status != FAS_SUCCESS) return status;
     DeviceProps device{};
     status = check_current_device(&device);
     if (status != FAS_SUCCESS) return status;
-    if (sm90_kernel_unavailable_reason(dtype, head_dim, causal != 0, device).empty()) {
+    const std::string sm90_reason =
+        sm90_kernel_unavailable_reason(dtype, fp8 ? -1 : static_cast<int>(dtype), head_dim, causal != 0, device);
+    if (sm90_reason.empty()) {
         if (family != nullptr) *family = FAS_FAMILY_SM90;
         if (kernel_head_dim != nullptr) *kernel_head_dim = head_dim;
         return FAS_SUCCESS;
     }
+    if (fp8) return fail(FAS_ERROR_NOT_BUILT, concat("FP8 (e4m3) plans need an SM90 kernel: ", sm90_reason));
     const KernelEntry* kernel = nullptr;
     status = select_plain_kernel(dtype, head_dim, causal != 0, &kernel);
     if (status != FAS_SUCCESS) return status;
@@ -1151,6 +1214,7 @@ fas_status fas_get_kernel_info(int index, fas_kernel_info* info) {
             info->causal = entry.causal ? 1 : 0;
             info->split_kv = entry.split_kv ? 1 : 0;
             info->family = kFamilyFa2;
+            info->out_dtype = entry.dtype;
         } else {
             const Sm90Entry& entry = kSm90Table[index - kNumFa2Kernels];
             info->dtype = entry.dtype;
@@ -1158,6 +1222,7 @@ fas_status fas_get_kernel_info(int index, fas_kernel_info* info) {
             info->causal = entry.causal ? 1 : 0;
             info->split_kv = 0;
             info->family = kFamilySm90;
+            info->out_dtype = entry.out_dtype;
         }
         return FAS_SUCCESS;
     });
@@ -1165,10 +1230,7 @@ fas_status fas_get_kernel_info(int index, fas_kernel_info* info) {
 
 fas_status fas_query_support(fas_dtype dtype, int head_dim, int causal, int* kernel_head_dim) {
     return guarded([&] {
-        if (!is_valid_dtype(dtype)) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat("dtype ", static_cast<int>(dtype), " is not a fas_dtype; use FAS_DTYPE_FP16 or FAS_DTYPE_BF16"));
-        }
+        if (!is_valid_dtype(dtype)) return fail_bad_dtype(dtype);
         fas_status status = validate_head_dim(head_dim);
         if (status != FAS_SUCCESS) return status;
         const KernelEntry* kernel = nullptr;

@@ -91,14 +91,20 @@ cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Sched
     const int64_t works = tiles_per_head(layout) * layout.num_heads_q;
     // Slack for the allocator's alignment of the base pointer (cudaMalloc gives 256 bytes anyway).
     schedule->int_workspace_bytes = int_workspace_bytes(works, layout.sm_count) + 256;
-    void* staging = nullptr;
+    // Pageable staging: pinning a fresh buffer per plan is a slow driver call (cudaMallocHost),
+    // and a copy from pageable memory has consumed the buffer when cudaMemcpyAsync returns.
+    std::vector<unsigned char> staging;
     cudaError_t error = cudaMalloc(&schedule->int_workspace, schedule->int_workspace_bytes);
     if (error != cudaSuccess) {
         *message = "cudaMalloc of the SM90 schedule workspace (" + std::to_string(schedule->int_workspace_bytes) +
                    " bytes)";
     } else {
-        error = cudaMallocHost(&staging, schedule->int_workspace_bytes);
-        if (error != cudaSuccess) *message = "cudaMallocHost of the SM90 schedule staging buffer";
+        try {
+            staging.resize(schedule->int_workspace_bytes);
+        } catch (const std::bad_alloc&) {
+            error = cudaErrorMemoryAllocation;
+            *message = "out of host memory for the SM90 schedule staging buffer";
+        }
     }
     if (error == cudaSuccess) {
         std::vector<int32_t> qo_indptr(layout.cu_seqlens_q, layout.cu_seqlens_q + layout.batch_size + 1);
@@ -107,7 +113,7 @@ cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Sched
         for (int i = 0; i < layout.batch_size; ++i) kv_len[i] = kv_indptr[i + 1] - kv_indptr[i];
         try {
             error = flashinfer::PrefillSM90Plan<int32_t>(
-                /*float_buffer=*/nullptr, /*float_workspace_size_in_bytes=*/0, schedule->int_workspace, staging,
+                /*float_buffer=*/nullptr, /*float_workspace_size_in_bytes=*/0, schedule->int_workspace, staging.data(),
                 schedule->int_workspace_bytes, schedule->info, qo_indptr.data(), kv_indptr.data(), kv_len.data(),
                 static_cast<uint32_t>(qo_indptr[layout.batch_size] - qo_indptr[0]),
                 static_cast<uint32_t>(layout.batch_size), static_cast<uint32_t>(layout.num_heads_q),
@@ -123,14 +129,13 @@ cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Sched
             error = cudaErrorInvalidValue;  // layout_unsupported_reason should have caught it
             *message = "flashinfer::PrefillSM90Plan chose the schedule shared by all heads, which is not built";
         }
-        // The asynchronous upload reads the staging buffer: finish it before freeing.
+        // Runs may use other streams: the schedule must be on the device when this returns.
         const cudaError_t sync_error = cudaStreamSynchronize(stream);
         if (error == cudaSuccess && sync_error != cudaSuccess) {
             error = sync_error;
             *message = "cudaStreamSynchronize after the SM90 schedule upload";
         }
     }
-    if (staging != nullptr) cudaFreeHost(staging);
     if (error != cudaSuccess) {
         schedule_destroy(schedule);
         return error;

@@ -17,8 +17,12 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
     split = (repo / "kernels" / "fa2_fwd_split_hdim64_fp16_sm90.cu").read_text()
     assert split.count("template void run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>") == 1
     sm90 = (repo / "kernels" / "sm90_prefill_hdim64_fp16_sm90.cu").read_text()
-    assert sm90.count("launch_ragged<0, 64, false>") == 1
+    assert sm90.count("launch_ragged<0, 0, 64, false>") == 1
     assert "run_ragged<cutlass::half_t, 64, false>" in sm90
+    fp8 = (repo / "kernels" / "sm90_fp8_prefill_hdim128_e4m3_to_bf16_causal_sm90.cu").read_text()
+    assert fp8.count("launch_ragged<2, 1, 128, true>") == 1
+    assert '#include "sm90/fp8_launch.cuh"' in fp8
+    assert "run_ragged_fp8<cutlass::bfloat16_t, 128, true>" in fp8
 
 
 def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
@@ -38,8 +42,9 @@ def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
 
 
 def test_registry_lists_exactly_the_entry_kernels(repo):
-    plan = make_plan(load_config(repo / "matrix.yaml").matrix("sm90-dev"))
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"))
     lines = [l for l in registry_text(plan.entries[0].kernels).splitlines() if l.startswith("FAS_")]
-    assert len(lines) == 16
+    assert len(lines) == len(plan.entries[0].kernels) == 72
     assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines
-    assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, 64, false)" in lines
+    assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
+    assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines

@@ -9,23 +9,25 @@ def names(repo, matrix):
     return [tu.name for e in make_plan(load_config(repo / "matrix.yaml").matrix(matrix)).entries for tu in e.kernels]
 
 
-def test_minimal_is_hdim_64_128_by_dtype_by_causal(repo):
+def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_both_families(repo):
     got = set(names(repo, "minimal"))
-    want = {f"fa2_fwd_hdim{h}_{d}{c}_sm90" for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
+    want = {f"{family}_hdim{h}_{d}{c}_sm90" for family in ("fa2_fwd", "sm90_prefill")
+            for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
     assert got == want
 
 
-def test_sm90_dev_adds_the_sm90_family_to_the_minimal_set(repo):
-    got = set(names(repo, "sm90-dev"))
-    sm90 = {f"sm90_prefill_hdim{h}_{d}{c}_sm90" for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
-    assert got == set(names(repo, "minimal")) | sm90
-
-
-def test_full_has_plain_and_split_kv_for_every_head_dim(repo):
+def test_full_has_every_fa2_config_and_the_sm90_families_with_fp8(repo):
     got = names(repo, "full")
-    assert len(got) == 6 * 2 * 2 * 2
+    assert len(got) == 6 * 2 * 2 * 2 + 3 * 2 * 2 + 3 * 2 * 2
     assert "fa2_fwd_split_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_hdim32_fp16_sm90" in got
+    assert "sm90_prefill_hdim256_bf16_sm90" in got
+    assert "sm90_fp8_prefill_hdim64_e4m3_to_fp16_causal_sm90" in got
+
+
+def test_hopper_check_is_what_full_adds_on_hopper_beyond_minimal(repo):
+    sm90 = {n for n in names(repo, "full") if n.startswith("sm90")}
+    assert set(names(repo, "hopper-check")) == sm90 - set(names(repo, "minimal"))
 
 
 def test_smoke_is_one_tu(repo):
@@ -34,11 +36,12 @@ def test_smoke_is_one_tu(repo):
 
 def test_symbols_are_the_demangled_instantiations(repo):
     config = load_config(repo / "matrix.yaml")
-    symbols = {tu.name: tu.symbol for m in ("full", "sm90-dev") for tu in make_plan(config.matrix(m)).entries[0].kernels}
+    symbols = {tu.name: tu.symbol for tu in make_plan(config.matrix("full")).entries[0].kernels}
     assert symbols["fa2_fwd_hdim128_bf16_causal_sm90"] == "flash::run_mha_fwd_<cutlass::bfloat16_t, 128, true>"
     assert symbols["fa2_fwd_split_hdim64_fp16_sm90"] == \
         "flash::run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>"
-    assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 128, true>"
+    assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 1, 128, true>"
+    assert symbols["sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90"] == "fas_sm90::launch_ragged<2, 0, 256, false>"
 
 
 def test_estimates_prefer_recorded_peaks(repo):
@@ -58,7 +61,8 @@ def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "entry minimal-cuda12.4-sm90a" in out
-    assert "8 kernel TU(s)" in out
+    assert "16 kernel TU(s)" in out
+    assert "sm90_prefill_hdim64_fp16_sm90" in out
     assert "fa2_fwd_hdim128_bf16_causal_sm90" in out
     assert "budget:" in out and "concurrency: up to" in out
     after = sorted(p.name for p in (repo / "artifacts").glob("*")) if (repo / "artifacts").exists() else []

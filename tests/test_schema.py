@@ -28,7 +28,7 @@ def entry(doc, matrix="minimal"):
 
 def test_committed_matrix_is_valid(repo):
     config = load_config(repo / "matrix.yaml")
-    assert set(config.matrices) == {"smoke", "minimal", "full", "sm90-dev"}
+    assert set(config.matrices) == {"smoke", "minimal", "full", "hopper-check"}
     assert config.matrix("minimal").entries[0].archs == ("sm_90a",)
 
 
@@ -55,6 +55,8 @@ BAD = {
                                              "duplicate entry name 'minimal-cuda12.4-sm90a'"),
     "negative memory estimate": (lambda d: entry(d)["memory_estimates_gb"].update(fa2_fwd=-1),
                                  "memory_estimates_gb.fa2_fwd"),
+    "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 96]),
+                                       "matrices.minimal.entries[0].kernels[1].head_dims[1]: 96 is not allowed"),
 }
 
 
@@ -90,7 +92,7 @@ def test_unknown_matrix_lists_the_known_ones(repo):
     with pytest.raises(ConfigError) as raised:
         load_config(repo / "matrix.yaml").matrix("huge")
     assert "unknown matrix 'huge'" in raised.value.message
-    assert "full, minimal, sm90-dev, smoke" in raised.value.fix
+    assert "full, hopper-check, minimal, smoke" in raised.value.fix
 
 
 def test_cli_reports_bad_matrix_without_traceback(repo):

@@ -3,7 +3,8 @@
  * packaged as a shared library with no PyTorch dependency. Two kernel families:
  *   "fa2"  - FlashAttention-2 (FA2 2.8.3) forward kernels, batch and varlen layouts, split-KV;
  *   "sm90" - Hopper-native (FA3-class) varlen prefill kernels: FlashInfer's SM90 ragged prefill
- *            kernel (warp-specialized, TMA + wgmma, persistent), reached through the plan API.
+ *            kernels (warp-specialized, TMA + wgmma, persistent), fp16/bf16 and FP8 e4m3
+ *            inputs, reached through the plan API.
  *
  * This header is the API documentation.
  *
@@ -124,6 +125,17 @@
  *   while no other thread uses the plan. Using a destroyed plan is undefined behaviour (the
  *   library detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
  *
+ *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
+ *   (1 byte each; row strides in elements must then be multiples of 16), out is fp16 or bf16
+ *   as fas_plan_args.out_dtype says. Each run may pass fp32 DESCALE factors in DEVICE memory:
+ *   q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k] (real value = stored
+ *   e4m3 value * descale of its head; NULL = 1; for a per-tensor scale fill every head with it).
+ *   The kernel also rounds the softmax probabilities to e4m3 (scaled by 448) before the P*V
+ *   product, so expect errors of a few percent of the output's magnitude against an exact
+ *   reference on the same e4m3 inputs (test_varlen_inference documents its bound). There is no
+ *   FA2 fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or
+ *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan.
+ *
  *   Plan runs, both families: out has the varlen layout above; the scale, masking (bottom-right
  *   causal), GQA and alignment rules are those of fas_fwd. The LSE is natural-log, but its
  *   LAYOUT DEPENDS ON THE FAMILY and fas_plan_info.lse_layout states it:
@@ -172,7 +184,8 @@ typedef enum fas_status {
 
 typedef enum fas_dtype {
     FAS_DTYPE_FP16 = 0, /* IEEE binary16 */
-    FAS_DTYPE_BF16 = 1  /* bfloat16 */
+    FAS_DTYPE_BF16 = 1, /* bfloat16 */
+    FAS_DTYPE_E4M3 = 2  /* FP8 e4m3 (OCP, max 448): q/k/v of FP8 plans only (see PLANS) */
 } fas_dtype;
 
 /* Arguments of fas_fwd / fas_fwd_workspace_size. Initialise with fas_fwd_args_init() or
@@ -240,6 +253,7 @@ typedef struct fas_kernel_info {
     int split_kv;       /* 1 = split-KV (decode-oriented) variant, 0 = plain forward */
     const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans) or "sm90" (plans only, exact
                          * head dim, compute capability 9.0); static string */
+    fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;
 
 /* Kernel family used by a plan. */
@@ -287,6 +301,10 @@ typedef struct fas_plan_args {
     /* Stream of the current device used for the schedule upload during fas_plan_create, which
      * synchronizes it before returning; 0 = legacy default stream. Runs may use any stream. */
     cudaStream_t stream;
+
+    /* Element type of out when dtype is FAS_DTYPE_E4M3: FAS_DTYPE_FP16 or FAS_DTYPE_BF16.
+     * Ignored for fp16/bf16 plans (out has the dtype of q). */
+    fas_dtype out_dtype;
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */
@@ -299,6 +317,13 @@ typedef struct fas_plan_run_args {
     float* softmax_lse; /* optional (NULL = not computed), num_heads_q * total_q floats, 4-byte
                          * aligned; layout fas_plan_info.lse_layout */
     cudaStream_t stream; /* stream of the plan's device; 0 = legacy default stream */
+
+    /* FP8 plans only (ignored otherwise): optional DEVICE arrays of fp32 descale factors,
+     * q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k], 4-byte aligned;
+     * NULL = 1. Read by the kernel when it runs. See PLANS. */
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
 } fas_plan_run_args;
 
 /* What fas_plan_get_info reports. Set struct_size = sizeof(fas_plan_info) before the call. */
@@ -382,7 +407,9 @@ FAS_API fas_status fas_plan_destroy(fas_plan* plan);
 FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
 
 /* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
- * layout the SM90 kernels accept (see PLANS for the layout conditions). On FAS_SUCCESS stores
+ * layout the SM90 kernels accept (see PLANS for the layout conditions). For FAS_DTYPE_E4M3 it
+ * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
+ * lists the output dtypes. On FAS_SUCCESS stores
  * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).
  * FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a bad dtype or
  * head_dim; device errors as fas_check_device. */

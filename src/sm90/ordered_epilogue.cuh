@@ -1,5 +1,5 @@
-// Our epilogue for FlashInfer's SM90 (fp16/bf16) prefill kernel, selected through our own
-// attention variant type. It fixes a race in the pinned upstream epilogue (flashinfer-python
+// Our epilogues for FlashInfer's SM90 prefill kernels (fp16/bf16 and FP8), selected through our
+// own attention variant types. It fixes a race in the pinned upstream epilogue (flashinfer-python
 // 0.7.2.post1, hopper/epilogue.cuh, CollectiveEpilogue::store):
 //
 //  * Every consumer thread does `bar.arrive` and then `bar.sync` on the same named barrier with
@@ -13,13 +13,18 @@
 //    the warp scheduler barrier (hdim 256) other warps can still be reading smem_o then.
 //
 // Here: one full consumer barrier between staging and the copy, and one after the copy.
-// Everything else (layouts, params, store_zero) is the upstream epilogue's, inherited.
+// Everything else (layouts, params, store_zero) is the upstream epilogue's, inherited. The FP8
+// epilogue (hopper/quantization/epilogue.cuh) stages correctly (sync only) but has the second
+// hazard (smem_o overlays smem_vt, refilled by the producer after barrier_O; at hdim 64 no warp
+// scheduler barrier orders the warpgroups): it gets the trailing barrier.
 #ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
 #define FAS_SM90_ORDERED_EPILOGUE_CUH
 
 #include <flashinfer/attention/hopper/epilogue.cuh>
 #include <flashinfer/attention/hopper/kernel_traits.cuh>
 #include <flashinfer/attention/hopper/named_barrier.cuh>
+#include <flashinfer/attention/hopper/quantization/epilogue.cuh>
+#include <flashinfer/attention/hopper/quantization/kernel_traits.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
 
 namespace fas_sm90 {
@@ -28,6 +33,11 @@ namespace fas_sm90 {
 // the epilogue below; the attention math is unchanged.
 struct OrderedEpilogueAttention : flashinfer::StandardAttention {
     using flashinfer::StandardAttention::StandardAttention;
+};
+
+// Likewise for the FP8 kernels' StandardFP8Attention.
+struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
+    using flashinfer::StandardFP8Attention::StandardFP8Attention;
 };
 
 }  // namespace fas_sm90
@@ -101,6 +111,27 @@ struct CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHead
                                             tile, qo_head, qo_start, qo_len, Upstream::NUM_WARPS - 1);
         // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O).
         consumers_sync(NamedBarriers::kValueEmpty);
+    }
+};
+
+template <bool kUseTmaLoadKV, int kHeadDim, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ, typename DTypeKV,
+          typename DTypeO, typename IdType>
+struct FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
+                                                      DTypeO, IdType, fas_sm90::OrderedEpilogueFP8Attention>>
+    : FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
+                                                     DTypeO, IdType, StandardFP8Attention>> {
+    using Upstream = FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages,
+                                                                    DTypeQ, DTypeKV, DTypeO, IdType,
+                                                                    StandardFP8Attention>>;
+
+    template <typename BlockCoord, typename SharedStorage, typename FrgTensorO, typename FrgTensorLSE,
+              typename TiledMma>
+    CUTLASS_DEVICE void store(typename Upstream::Params const& params, FrgTensorO const& acc_o,
+                              FrgTensorLSE const& row_lse, SharedStorage& shared_storage, TiledMma tiled_mma,
+                              int thread_idx, BlockCoord const& block_coord) {
+        Upstream::store(params, acc_o, row_lse, shared_storage, tiled_mma, thread_idx, block_coord);
+        // Nobody reads smem_o any more once the last warp lets the producer refill it (barrier_O).
+        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, static_cast<int>(NamedBarriers::kValueEmpty));
     }
 };
 

@@ -40,8 +40,8 @@ std::string layout_unsupported_reason(const PlanLayout& layout);
 struct Schedule;
 
 // Runs flashinfer::PrefillSM90Plan on the host, allocates the device int workspace
-// (cudaMalloc) and uploads the schedule on stream, then synchronizes stream (the upload reads
-// a pinned staging buffer that is freed before returning). On failure returns the CUDA error
+// (cudaMalloc) and uploads the schedule on stream from pageable memory, then synchronizes
+// stream so that runs on any stream see the schedule. On failure returns the CUDA error
 // (cudaErrorInvalidValue for a planner refusal) and sets *message; *out stays NULL.
 cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
 
