@@ -1101,6 +1101,8 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
             ragged.k_descale = args.k_descale;
             ragged.v_descale = args.v_descale;
         }
+        error = fas_sm90::schedule_prepare_run(plan->schedule, args.stream);
+        if (error != cudaSuccess) return fail_cuda(error, "waiting for the SM90 schedule upload (cudaStreamWaitEvent)");
         error = plan->sm90_launch(ragged, args.stream);
         if (error == cudaSuccess) error = cudaGetLastError();
         if (error != cudaSuccess) return fail_cuda(error, "SM90 kernel launch");

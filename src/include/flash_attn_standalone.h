@@ -107,23 +107,31 @@
  *     FAS_ERROR_NOT_BUILT (message says why SM90 was not usable) if neither serves it.
  *   fas_plan_get_info() says which family a plan uses and why SM90 was passed over.
  *
- *   Creation is the slow, blocking step: it validates the offsets, runs the SM90 host
- *   scheduler, allocates the plan's device memory with cudaMalloc (the SM90 work schedule, a
- *   device copy of the offsets, and for FA2 plans an LSE scratch of num_heads_q * total_q
- *   floats), uploads it on args->stream and waits for that stream (cudaStreamSynchronize).
- *   fas_plan_run() then only fills the kernel arguments from the plan and launches: no host
- *   scheduling, no host-to-device copy, no allocation, no synchronization. The plan owns all of
- *   its memory; fas_plan_get_info() reports the bytes. A run reads the offsets captured at
- *   creation: the q, k, v and out tensors of every run must follow that layout.
+ *   Creation does the host work: it validates the offsets and, for SM90 plans, runs the host
+ *   scheduler and enqueues the upload of the work schedule on args->stream WITHOUT waiting for
+ *   it. The schedule's device memory (with a pinned staging twin and an event) comes from a
+ *   small per-device cache inside the library; only when no cached block is large enough does
+ *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the offsets
+ *   and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on args->stream
+ *   and wait for that stream. fas_plan_run() then only fills the kernel arguments from the plan
+ *   and launches: no host scheduling, no host-to-device copy, no allocation, no
+ *   synchronization. (An SM90 run whose stream might not yet see the upload first makes its
+ *   stream wait for it with cudaStreamWaitEvent; once a run has found the upload complete,
+ *   later runs skip even that check.) fas_plan_get_info() reports the plan's device bytes. A
+ *   run reads the offsets captured at creation: the q, k, v and out tensors of every run must
+ *   follow that layout.
  *
  *   A plan belongs to the device that was current at creation; runs must be made with that
  *   device current, on one of its streams (checked). fas_plan_run never modifies the plan, so
  *   one plan may be run concurrently from several threads and on several streams at once (the
  *   FA2 LSE scratch is written, never read, when softmax_lse is NULL, so concurrent runs may
- *   share it). fas_plan_destroy frees the plan's memory with cudaFree: call it only after every
+ *   share it; "never modifies" includes the one atomic flag that records a finished upload).
+ *   fas_plan_destroy releases the plan's memory: call it only after every
  *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
- *   while no other thread uses the plan. Using a destroyed plan is undefined behaviour (the
- *   library detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
+ *   while no other thread uses the plan. SM90 schedule memory goes back to the library's cache
+ *   (at most 8 blocks per device are kept, for later plans; the rest is freed, and cached blocks
+ *   live until the process ends). Using a destroyed plan is undefined behaviour (the library
+ *   detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
  *
  *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
  *   (1 byte each; row strides in elements must then be multiples of 16), out is fp16 or bf16
@@ -298,8 +306,9 @@ typedef struct fas_plan_args {
     int causal;          /* non-zero = causal mask, bottom-right aligned */
     int disable_sm90;    /* non-zero = use the FA2 family even where SM90 could serve */
 
-    /* Stream of the current device used for the schedule upload during fas_plan_create, which
-     * synchronizes it before returning; 0 = legacy default stream. Runs may use any stream. */
+    /* Stream of the current device for the upload during fas_plan_create (FA2 plans synchronize
+     * it; SM90 plans only enqueue the upload); 0 = legacy default stream. Runs may use any
+     * stream of the device. */
     cudaStream_t stream;
 
     /* Element type of out when dtype is FAS_DTYPE_E4M3: FAS_DTYPE_FP16 or FAS_DTYPE_BF16.
@@ -391,7 +400,7 @@ FAS_API void fas_plan_args_init(fas_plan_args* args);
 FAS_API void fas_plan_run_args_init(fas_plan_run_args* args);
 
 /* Makes a plan for the varlen layout in *args on the current device and stores it in *plan (set
- * to NULL on failure). Blocking; allocates device memory; see PLANS. */
+ * to NULL on failure). Host work; may allocate device memory; see PLANS. */
 FAS_API fas_status fas_plan_create(const fas_plan_args* args, fas_plan** plan);
 
 /* Enqueues the forward pass of plan on args->stream. No host scheduling, host-to-device copy
@@ -399,8 +408,9 @@ FAS_API fas_status fas_plan_create(const fas_plan_args* args, fas_plan** plan);
  * rule and validation as in fas_fwd. */
 FAS_API fas_status fas_plan_run(const fas_plan* plan, const fas_plan_run_args* args);
 
-/* Frees the plan and its device memory (cudaFree). NULL is a no-op returning FAS_SUCCESS. Call
- * only once every run of the plan has completed and no other thread uses it. */
+/* Frees the plan: FA2 device memory with cudaFree, SM90 schedule memory back to the library's
+ * cache. NULL is a no-op returning FAS_SUCCESS. Call only once every run of the plan has
+ * completed and no other thread uses it. */
 FAS_API fas_status fas_plan_destroy(fas_plan* plan);
 
 /* Describes a plan: family, kernel head dim, LSE layout, memory, why SM90 was not used. */

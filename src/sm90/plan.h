@@ -39,16 +39,22 @@ std::string layout_unsupported_reason(const PlanLayout& layout);
 // Device-resident schedule; owned by the caller through schedule_destroy.
 struct Schedule;
 
-// Runs flashinfer::PrefillSM90Plan on the host, allocates the device int workspace
-// (cudaMalloc) and uploads the schedule on stream from pageable memory, then synchronizes
-// stream so that runs on any stream see the schedule. On failure returns the CUDA error
-// (cudaErrorInvalidValue for a planner refusal) and sets *message; *out stays NULL.
+// Runs flashinfer::PrefillSM90Plan on the host into a schedule block (device memory, pinned
+// staging, upload event) taken from a small per-device cache, or made with cudaMalloc /
+// cudaMallocHost when none fits, and enqueues the upload on stream without waiting for it.
+// On failure returns the CUDA error (cudaErrorInvalidValue for a planner refusal) and sets
+// *message; *out stays NULL.
 cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
 
-// Frees the device workspace with cudaFree. NULL is a no-op.
+// Before each launch on stream: makes stream wait for the upload unless it is known complete
+// (then it costs one atomic load; no CUDA call once a run has seen the upload finished).
+cudaError_t schedule_prepare_run(Schedule* schedule, cudaStream_t stream);
+
+// Returns the block to the cache (at most 8 per device; beyond that frees it), after waiting
+// for an upload still in flight. NULL is a no-op.
 void schedule_destroy(Schedule* schedule);
 
-// Bytes of device memory the schedule owns.
+// Bytes of device memory the schedule holds (its block's size).
 size_t schedule_device_bytes(const Schedule* schedule);
 
 // Fills the schedule pointer fields of *args (qo_tile_indices .. batch_indices).
