@@ -233,8 +233,9 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
     const int64_t per_head = max_works_per_head(layout);
     if (per_head > 4096) {
         why << "the layout has up to " << per_head << " query tiles of " << cta_tile_q(layout.head_dim)
-            << " rows per head; above 4096 FlashInfer's planner switches to the schedule shared by all heads, "
-               "whose kernels this library does not build (split the batch into plans of fewer tokens)";
+            << " rows per head; the per-head schedule of this library's SM90 kernels is limited to 4096 (the "
+               "kernels built for longer layouts share one schedule by all heads and are not built); split the "
+               "batch into plans of fewer tokens";
         return why.str();
     }
     if (tiles_per_head(layout) * layout.num_heads_q > INT32_MAX / 8) {
