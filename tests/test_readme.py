@@ -18,3 +18,10 @@ def test_ci_runs_the_readme_test_command_verbatim(repo):
     _, test = readme_commands(repo)
     ci_lines = [line.strip() for line in (repo / ".ci" / "run").read_text().splitlines()]
     assert test in ci_lines
+
+
+def test_commands_do_not_need_the_invoke_script_on_path(repo):
+    # On a fresh machine `python3 -m pip` installs invoke without putting its console script on
+    # PATH (pyenv adds the shim only on a rehash); `python3 -m invoke` always works.
+    for command in readme_commands(repo):
+        assert "python3 -m invoke " in command and " && invoke " not in command
