@@ -3,8 +3,8 @@ toolchain container, under the memory-aware scheduler, then link the library and
 test binary.
 
 Objects are cached by a key over everything that determines them (source text, flags,
-archs, image, upstream pin, stand-in headers), so a second build recompiles only what
-changed. Per-TU wall time and peak RSS (GNU time, which sees nvcc's children) are kept
+archs, image, upstream pin, and those of our own headers the TU includes), so a second
+build recompiles only what changed. Per-TU wall time and peak RSS (GNU time, which sees nvcc's children) are kept
 in build/tu-stats.json and become the estimates of the next build.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -28,11 +29,14 @@ from .sources import FetchedSource
 
 LIBRARY = "libflash_attn_standalone"
 STATS_FILE = "tu-stats.json"
-SM90_HEADERS = Path("src/sm90")
 TEST_SOURCE = Path("src/test_varlen_inference.cpp")
 HEADER = Path("src/include/flash_attn_standalone.h")
 EXPORTS = Path("src/exports.map")
 STANDINS = Path("src/standins")
+# Where a quoted #include of our own code is looked up after the including file's folder
+# (the -I order of common_flags and project_flags).
+OWN_INCLUDE_ROOTS = (Path("src/include"), STANDINS, Path("src"))
+QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 LOG_TAIL_LINES = 40
 
 
@@ -65,6 +69,27 @@ def gencode_flags(archs) -> list[str]:
     return flags
 
 
+
+
+def own_include_closure(repo_root: Path, source: Path) -> list[Path]:
+    """The files of this repository that `source` reaches through quoted #includes, resolved
+    like the compiler does (the including file's folder, then OWN_INCLUDE_ROOTS). Includes that
+    resolve outside our tree are upstream code, keyed by its pin."""
+    repo_root = repo_root.resolve()
+    roots = [repo_root / r for r in OWN_INCLUDE_ROOTS]
+    seen: set[Path] = set()
+    pending = [source.resolve()]
+    while pending:
+        current = pending.pop()
+        for name in QUOTED_INCLUDE.findall(current.read_text(errors="replace")):
+            for folder in (current.parent, *roots):
+                candidate = (folder / name).resolve()
+                if candidate.is_file():
+                    if candidate not in seen and candidate.is_relative_to(repo_root):
+                        seen.add(candidate)
+                        pending.append(candidate)
+                    break
+    return sorted(seen)
 @dataclass
 class TUResult:
     name: str
@@ -147,20 +172,24 @@ class EntryCompiler:
             f"-DFAS_VERSION_PATCH={patch}",
         ] + (["-DFAS_BUILT_SM80=1"] if "sm_80" in self.plan.entry.archs else [])
 
-    def _headers_digest(self, folders) -> str:
-        """Our own headers a TU includes: part of its cache key."""
-        h = hashlib.sha256()
+    def _headers_digest(self, source: Path, folders) -> str:
+        """Our own headers the TU includes, part of its cache key: the closure of its quoted
+        #includes within this repository (so editing a host-only header recompiles no kernel),
+        plus whole folders of headers that only upstream code includes (the stand-ins)."""
+        paths = set(own_include_closure(self.repo_root, source))
         for folder in folders:
-            for path in sorted((self.repo_root / folder).rglob("*")):
-                if path.is_file():
-                    h.update(str(path.relative_to(self.repo_root)).encode())
-                    h.update(path.read_bytes())
+            paths.update(p for p in (self.repo_root / folder).rglob("*") if p.is_file())
+        h = hashlib.sha256()
+        for path in sorted(paths):
+            h.update(str(path.relative_to(self.repo_root)).encode())
+            h.update(path.read_bytes())
         return h.hexdigest()
 
-    def _key(self, source_text: str, flags: list[str], source_name: str | None, headers, extra: str = "") -> str:
+    def _key(self, source: Path, flags: list[str], source_name: str | None, folders, extra: str = "") -> str:
         h = hashlib.sha256()
         pin = self.sources[source_name].pin.sha256 if source_name else ""
-        for part in (source_text, json.dumps(flags), self.image.image_id, pin, self._headers_digest(headers), extra):
+        headers = self._headers_digest(source, folders)
+        for part in (source.read_text(), json.dumps(flags), self.image.image_id, pin, headers, extra):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -198,22 +227,21 @@ class EntryCompiler:
             raise CompileError(f"{tu.source} is missing", fix="run `invoke generate` to write kernels/")
         upstream = FAMILY_SOURCES[tu.family]
         flags = self.common_flags() + (self.project_flags() if tu.sm90 else []) + self.upstream_flags(upstream)
-        headers = [SM90_HEADERS] if tu.sm90 else [STANDINS]
-        return self._compile(tu.name, "kernel", source, self._key(source.read_text(), flags, upstream, headers), flags)
+        folders = [] if tu.sm90 else [STANDINS]
+        return self._compile(tu.name, "kernel", source, self._key(source, flags, upstream, folders), flags)
 
     def _host_job(self, host: HostTU, registry: Path) -> TUResult:
         name, source, upstream = host.name, self.repo_root / host.source, host.upstream
         if upstream is None:
             # Plain C11 without _GNU_SOURCE: see src/glibc_compat.c.
             flags = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
-            return self._compile(name, "host", source, self._key(source.read_text(), flags, None, []), flags)
+            return self._compile(name, "host", source, self._key(source, flags, None, []), flags)
         flags = self.common_flags() + self.project_flags() + self.upstream_flags(upstream)
         extra = ""
         if name == "flash_api":
             flags += self.api_flags(registry)
             extra = registry.read_text()
-        headers = [Path("src/include"), SM90_HEADERS, STANDINS]
-        return self._compile(name, "host", source, self._key(source.read_text(), flags, upstream, headers, extra), flags)
+        return self._compile(name, "host", source, self._key(source, flags, upstream, [STANDINS], extra), flags)
 
     # -- the entry ------------------------------------------------------------------------
     def _record(self, results: list[TUResult]) -> None:

@@ -794,7 +794,6 @@ struct fas_plan {
     int sm_count = 0;
     int kernel_head_dim = 0;
     int num_heads_q = 0;
-    bool fp8 = false;     // e4m3 inputs (SM90 only): runs pass descale factors
     int first_q_row = 0;  // cu_seqlens_q[0]
     int total_q = 0;      // cu_seqlens_q[batch_size]
     int total_k = 0;
@@ -977,31 +976,12 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     plan->total_k = total_k;
 
     if (sm90_kernel != nullptr) {
+        // Layout limits were checked above (layout_unsupported_reason): what can fail here is
+        // CUDA itself (allocation, the upload).
         std::string message;
-        fas_sm90::Schedule* schedule = nullptr;
-        const cudaError_t error = fas_sm90::schedule_create(layout, args.stream, &schedule, &message);
-        if (error == cudaErrorInvalidValue) {
-            // The planner refused the layout: fall back to FA2 if it can serve the plan.
-            cudaGetLastError();
-            if (fp8) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(message, "; FP8 plans have no FA2 fallback"));
-            sm90_reason = message;
-            sm90_kernel = nullptr;
-            fa2_kernel = find_plain_kernel(resolved.dtype, resolved.head_dim, causal);
-            if (fa2_kernel == nullptr) {
-                return fail(FAS_ERROR_NOT_BUILT,
-                            concat(message, "; and no FA2 kernel serves ", dtype_name(resolved.dtype), " head_dim ",
-                                   resolved.head_dim, causal ? " causal" : " non-causal"));
-            }
-        } else if (error != cudaSuccess) {
-            return fail_cuda(error, message);
-        } else {
-            plan->schedule = schedule;
-        }
-    }
-
-    if (sm90_kernel != nullptr) {
+        const cudaError_t error = fas_sm90::schedule_create(layout, args.stream, &plan->schedule, &message);
+        if (error != cudaSuccess) return fail_cuda(error, message);
         plan->family = FAS_FAMILY_SM90;
-        plan->fp8 = fp8;
         plan->kernel_head_dim = sm90_kernel->head_dim;
         plan->sm90_launch = sm90_kernel->launch;
         plan->device_bytes = fas_sm90::schedule_device_bytes(plan->schedule);
@@ -1091,16 +1071,15 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
         ragged.v = args.v;
         ragged.out = args.out;
         ragged.lse = args.softmax_lse;
-        if (plan->fp8) {
-            for (const float* descale : {args.q_descale, args.k_descale, args.v_descale}) {
-                if (!is_aligned(descale, sizeof(float))) {
-                    return fail(FAS_ERROR_INVALID_ARGUMENT, "q_descale / k_descale / v_descale must be 4-byte aligned");
-                }
+        // Read by the FP8 kernels only; the 16-bit ones ignore them.
+        for (const float* descale : {args.q_descale, args.k_descale, args.v_descale}) {
+            if (!is_aligned(descale, sizeof(float))) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT, "q_descale / k_descale / v_descale must be 4-byte aligned");
             }
-            ragged.q_descale = args.q_descale;
-            ragged.k_descale = args.k_descale;
-            ragged.v_descale = args.v_descale;
         }
+        ragged.q_descale = args.q_descale;
+        ragged.k_descale = args.k_descale;
+        ragged.v_descale = args.v_descale;
         error = fas_sm90::schedule_prepare_run(plan->schedule, args.stream);
         if (error != cudaSuccess) return fail_cuda(error, "waiting for the SM90 schedule upload (cudaStreamWaitEvent)");
         error = plan->sm90_launch(ragged, args.stream);

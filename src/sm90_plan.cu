@@ -127,8 +127,8 @@ int64_t tiles_per_head(const PlanLayout& layout) {
     return tiles;
 }
 
-// PrefillSM90Plan's bound above which it selects the schedule shared by all heads, whose kernels
-// this library does not build; kept as this planner's limit too.
+// PrefillSM90Plan's bound up to which it uses the per-head schedule; kept as this planner's
+// limit (the kernels were never run on larger layouts).
 int64_t max_works_per_head(const PlanLayout& layout) {
     const int tile = cta_tile_q(layout.head_dim);
     const int64_t total_rows =

@@ -30,20 +30,20 @@ struct PlanLayout {
 int cta_tile_q(int head_dim);
 
 // Empty when the SM90 kernels can run this layout, else why not (in words, for a message).
-// Checks the layout-dependent limits: the per-head schedule (FlashInfer switches to a schedule
-// shared by all heads, which this library does not build, above 4096 query tiles per head),
-// sequences with no key, causal sequences with more queries than keys (rows that see no key)
-// and 32-bit limits of the schedule.
+// Checks the layout-dependent limits: at most 4096 query tiles per head (the bound up to which
+// FlashInfer's own planner uses the per-head schedule these kernels are built for; larger
+// layouts are untested), sequences with no key, causal sequences with more queries than keys
+// (rows that see no key) and 32-bit limits of the schedule.
 std::string layout_unsupported_reason(const PlanLayout& layout);
 
 // Device-resident schedule; owned by the caller through schedule_destroy.
 struct Schedule;
 
-// Runs flashinfer::PrefillSM90Plan on the host into a schedule block (device memory, pinned
-// staging, upload event) taken from a small per-device cache, or made with cudaMalloc /
-// cudaMallocHost when none fits, and enqueues the upload on stream without waiting for it.
-// On failure returns the CUDA error (cudaErrorInvalidValue for a planner refusal) and sets
-// *message; *out stays NULL.
+// Schedules the work on the host (the per-head format and cost model of FlashInfer's
+// PrefillSM90Plan) into a schedule block (device memory, pinned staging, upload event) taken
+// from a small per-device cache, or made with cudaMalloc / cudaMallocHost when none fits, and
+// enqueues the upload on stream without waiting for it. On failure returns the CUDA error and
+// sets *message; *out stays NULL.
 cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
 
 // Before each launch on stream: makes stream wait for the upload unless it is known complete

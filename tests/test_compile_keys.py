@@ -1,0 +1,31 @@
+"""Object cache keys cover exactly our own headers a TU reaches through quoted #includes."""
+
+from pathlib import Path
+
+from flashbuild.compile import own_include_closure
+
+
+def write(root: Path, name: str, text: str) -> Path:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_closure_follows_quoted_includes_within_the_repo_only(tmp_path):
+    launch = write(tmp_path, "src/sm90/launch.cuh", '#include "sm90/args.h"\n#include <cutlass/cutlass.h>\n')
+    args = write(tmp_path, "src/sm90/args.h", '#include "sm90/launch.cuh"  // a cycle\n')
+    write(tmp_path, "src/sm90/host_only.h", "// included by host code only\n")
+    public = write(tmp_path, "src/include/api.h", "\n")
+    kernel = write(tmp_path, "kernels/k.cu", '#include "sm90/launch.cuh"\n#include "upstream_only.h"\n')
+    host = write(tmp_path, "src/host.cu", '#include "api.h"\n  #  include "sm90/host_only.h"\n')
+
+    assert own_include_closure(tmp_path, kernel) == sorted([launch.resolve(), args.resolve()])
+    assert own_include_closure(tmp_path, host) == sorted([public.resolve(), (tmp_path / "src/sm90/host_only.h").resolve()])
+
+
+def test_the_including_folder_comes_first(tmp_path):
+    local = write(tmp_path, "src/sm90/common.h", "\n")
+    write(tmp_path, "src/common.h", "\n")
+    source = write(tmp_path, "src/sm90/user.cuh", '#include "common.h"\n')
+    assert own_include_closure(tmp_path, source) == [local.resolve()]
