@@ -20,19 +20,19 @@ def render(tu: KernelTU) -> str:
 
 def render_sm90(tu: KernelTU) -> str:
     causal = "true" if tu.causal else "false"
-    header, runner = ("sm90/fp8_launch.cuh", "run_ragged_fp8") if tu.fp8 else ("sm90/ragged_launch.cuh", "run_ragged")
+    input_type = "cutlass::float_e4m3_t" if tu.fp8 else tu.cutlass_type
     what = f"FP8 e4m3 in, {tu.dtype} out" if tu.fp8 else tu.dtype
     return "\n".join([
         HEADER.rstrip("\n"),
         f"// FlashInfer SM90 ragged prefill: {what}, head dim {tu.head_dim}, "
         f"{'causal' if tu.causal else 'non-causal'}. Exactly one instantiation.",
-        f'#include "{header}"',
+        '#include "sm90/launch.cuh"',
         "",
         "namespace fas_sm90 {",
         "",
         "template <>",
         f"cudaError_t launch_ragged<{tu.sm90_template_args}>(const RaggedArgs& args, cudaStream_t stream) {{",
-        f"    return {runner}<{tu.cutlass_type}, {tu.head_dim}, {causal}>(args, stream);",
+        f"    return run_ragged<{input_type}, {tu.cutlass_type}, {tu.head_dim}, {causal}>(args, stream);",
         "}",
         "",
         "}  // namespace fas_sm90",

@@ -944,7 +944,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     std::string sm90_reason;
     const Sm90Entry* sm90_kernel = nullptr;
     fas_sm90::PlanLayout layout{args.cu_seqlens_q, args.cu_seqlens_k, args.batch_size, resolved.num_heads_q,
-                                resolved.num_heads_k, resolved.head_dim, causal, device.sm_count};
+                                resolved.num_heads_k, resolved.head_dim, causal, fp8, device.sm_count};
     if (args.disable_sm90 != 0) {
         sm90_reason = "disabled by fas_plan_args.disable_sm90";
     } else {

@@ -1,21 +1,22 @@
 // Host-only planner of the SM90 (FA3-class) ragged prefill family, behind the light interface
-// of sm90/plan.h: our own work scheduler, writing the per-head persistent schedule that
-// FlashInfer's kernels read, in the format and with the cost model of its PrefillSM90Plan.
-// (With PrefillSM90Plan, fas_plan_create took 250-380 us of host time on an H200 machine; this
-// one writes the arrays in place into the pinned staging buffer: no per-CTA vectors, no
-// copies.) Holds no kernels and is built also when no SM90 kernel is.
+// of sm90/plan.h: lists the layout's query tiles, in the units and order our device-side work
+// scheduler (sm90/tile_scheduler.cuh) deals to CTAs with every head. Host work grows with the
+// tiles, not tiles x heads. (FlashInfer's PrefillSM90Plan assigned every (tile, head) on the
+// host: 250-380 us per plan on an H200 machine.) Holds no kernels and is built also when no
+// SM90 kernel is.
 #include "sm90/plan.h"
+
+#include <climits>
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <mutex>
 #include <new>
-#include <numeric>
-#include <queue>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include "sm90/tiles.h"
 
 namespace fas_sm90 {
 
@@ -101,119 +102,64 @@ void release_block(ScheduleBlock& block) {
 
 }  // namespace
 
-// Byte offsets of the schedule arrays in a block: seven int32 arrays of one entry per work item
-// and work_indptr (one per CTA, plus one), each 16-byte aligned.
-struct ScheduleOffsets {
-    size_t qo_tile_indices, qo_indptr, kv_indptr, qo_lens, kv_lens, head_indices, batch_indices, work_indptr, end;
-};
-
 struct Schedule {
     ScheduleBlock block;
-    ScheduleOffsets offsets{};
+    int num_units = 0;
+    int tiles_per_unit = 1;
+    int num_ctas = 0;
     std::atomic<bool> upload_seen_complete{false};  // set by the first run that finds it done
 };
 
 namespace {
 
-size_t round16(size_t value) { return (value + 15) & ~static_cast<size_t>(15); }
+int query_tile_rows(const PlanLayout& layout) {
+    return tile_shape(layout.fp8, layout.head_dim, layout.causal).q_rows;
+}
 
-int64_t tiles_per_head(const PlanLayout& layout) {
-    const int tile = cta_tile_q(layout.head_dim);
-    int64_t tiles = 0;
+// Causal plans pair tiles so that every unit of a sequence costs the same (sm90/tile_scheduler.cuh).
+int tiles_per_unit(const PlanLayout& layout) { return layout.causal ? 2 : 1; }
+
+int64_t count_units(const PlanLayout& layout) {
+    const int rows = query_tile_rows(layout);
+    const int per_unit = tiles_per_unit(layout);
+    int64_t units = 0;
     for (int i = 0; i < layout.batch_size; ++i) {
         const int64_t length = static_cast<int64_t>(layout.cu_seqlens_q[i + 1]) - layout.cu_seqlens_q[i];
-        tiles += (length + tile - 1) / tile;
+        const int64_t tiles = (length + rows - 1) / rows;
+        units += (tiles + per_unit - 1) / per_unit;
     }
-    return tiles;
+    return units;
 }
 
-// PrefillSM90Plan's bound up to which it uses the per-head schedule; kept as this planner's
-// limit (the kernels were never run on larger layouts).
-int64_t max_works_per_head(const PlanLayout& layout) {
-    const int tile = cta_tile_q(layout.head_dim);
-    const int64_t total_rows =
-        static_cast<int64_t>(layout.cu_seqlens_q[layout.batch_size]) - layout.cu_seqlens_q[0];
-    return (total_rows + tile - 1) / tile + layout.batch_size - 1;
-}
-
-ScheduleOffsets schedule_offsets(int64_t works, int ctas) {
-    const size_t per_work = round16(sizeof(int32_t) * static_cast<size_t>(works));
-    ScheduleOffsets o{};
-    size_t at = 0;
-    for (size_t* field : {&o.qo_tile_indices, &o.qo_indptr, &o.kv_indptr, &o.qo_lens, &o.kv_lens, &o.head_indices,
-                          &o.batch_indices}) {
-        *field = at;
-        at += per_work;
-    }
-    o.work_indptr = at;
-    o.end = at + round16(sizeof(int32_t) * static_cast<size_t>(ctas + 1));
-    return o;
-}
-
-// Keys a causal query tile still sees (bottom-right aligned mask), the cost model's KV length.
-int64_t causal_kv_end(int64_t qo_len, int64_t kv_len, int64_t tile_index, int64_t tile_rows, int64_t tiles) {
-    if (tile_index + 1 == tiles) return kv_len;
-    return std::max<int64_t>(std::min(kv_len - qo_len + (tile_index + 1) * tile_rows, kv_len), 0);
-}
-
-// The per-head persistent schedule: every (head, sequence, query tile) is one work item, given
-// greedily to the CTA with the least work so far (cost 2 * tile rows + KV length seen), heads
-// outermost, longest KV first, last tile first; each CTA runs its items in that order. Writes
-// the arrays into `out` at `o`.
-void fill_schedule(const PlanLayout& layout, const ScheduleOffsets& o, unsigned char* out) {
-    const int tile_rows = cta_tile_q(layout.head_dim);
-    const int ctas = layout.sm_count;
+// The units in the order the kernel deals them: sequences with the most keys first (the
+// costliest units), each sequence's units together. Causal: tile n-1-j with tile j (the middle
+// tile of an odd count alone, its second slot empty), so each unit sees the same number of keys
+// under the bottom-right aligned mask; otherwise one tile per unit, last tile first.
+void fill_units(const PlanLayout& layout, TileWork* out) {
+    const int rows = query_tile_rows(layout);
     std::vector<int> order(layout.batch_size);
-    std::iota(order.begin(), order.end(), 0);
+    for (int i = 0; i < layout.batch_size; ++i) order[i] = i;
     const auto kv_len = [&](int i) { return layout.cu_seqlens_k[i + 1] - layout.cu_seqlens_k[i]; };
-    const auto qo_len = [&](int i) { return layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i]; };
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kv_len(a) > kv_len(b); });
-
-    // Pass 1: the CTA of every item, in visiting order.
-    using Load = std::pair<int64_t, int>;  // (cost so far, CTA): least cost first, then lowest CTA
-    std::priority_queue<Load, std::vector<Load>, std::greater<Load>> least_loaded;
-    for (int c = 0; c < ctas; ++c) least_loaded.push({0, c});
-    std::vector<int32_t> cta_of;
-    std::vector<int32_t> items_per_cta(ctas, 0);
-    const auto visit = [&](auto&& on_item) {
-        for (int head = 0; head < layout.num_heads_q; ++head) {
-            for (int i : order) {
-                const int64_t tiles = (qo_len(i) + tile_rows - 1) / tile_rows;
-                for (int64_t t = tiles - 1; t >= 0; --t) on_item(head, i, t, tiles);
-            }
+    size_t at = 0;
+    for (int i : order) {
+        const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
+        const int32_t tiles = (qo_len + rows - 1) / rows;
+        const auto tile = [&](int32_t t) {
+            return TileWork{t, i, layout.cu_seqlens_q[i], layout.cu_seqlens_k[i], qo_len, kv_len(i), {0, 0}};
+        };
+        if (!layout.causal) {
+            for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);
+            continue;
         }
-    };
-    visit([&](int, int i, int64_t t, int64_t tiles) {
-        const Load least = least_loaded.top();
-        least_loaded.pop();
-        const int64_t seen = layout.causal ? causal_kv_end(qo_len(i), kv_len(i), t, tile_rows, tiles) : kv_len(i);
-        least_loaded.push({least.first + 2 * tile_rows + seen, least.second});
-        cta_of.push_back(least.second);
-        ++items_per_cta[least.second];
-    });
-
-    // Pass 2: CTA-major placement, each CTA's items in visiting order.
-    const auto array = [out](size_t offset) { return reinterpret_cast<int32_t*>(out + offset); };
-    int32_t* work_indptr = array(o.work_indptr);
-    work_indptr[0] = 0;
-    for (int c = 0; c < ctas; ++c) work_indptr[c + 1] = work_indptr[c] + items_per_cta[c];
-    std::vector<int32_t> next(work_indptr, work_indptr + ctas);
-    size_t item = 0;
-    visit([&](int head, int i, int64_t t, int64_t) {
-        const int32_t slot = next[cta_of[item++]]++;
-        array(o.qo_tile_indices)[slot] = static_cast<int32_t>(t);
-        array(o.qo_indptr)[slot] = layout.cu_seqlens_q[i];
-        array(o.kv_indptr)[slot] = layout.cu_seqlens_k[i];
-        array(o.qo_lens)[slot] = qo_len(i);
-        array(o.kv_lens)[slot] = kv_len(i);
-        array(o.head_indices)[slot] = head;
-        array(o.batch_indices)[slot] = i;
-    });
+        for (int32_t j = 0; j < (tiles + 1) / 2; ++j) {
+            out[at++] = tile(tiles - 1 - j);
+            out[at++] = tiles - 1 - j != j ? tile(j) : TileWork{-1, i, 0, 0, 0, 0, {0, 0}};
+        }
+    }
 }
 
 }  // namespace
-
-int cta_tile_q(int head_dim) { return head_dim == 64 ? 192 : 128; }
 
 std::string layout_unsupported_reason(const PlanLayout& layout) {
     std::ostringstream why;
@@ -230,17 +176,12 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
             return why.str();
         }
     }
-    const int64_t per_head = max_works_per_head(layout);
-    if (per_head > 4096) {
-        why << "the layout has up to " << per_head << " query tiles of " << cta_tile_q(layout.head_dim)
-            << " rows per head; the per-head schedule of this library's SM90 kernels is limited to 4096 (the "
-               "kernels built for longer layouts share one schedule by all heads and are not built); split the "
-               "batch into plans of fewer tokens";
-        return why.str();
-    }
-    if (tiles_per_head(layout) * layout.num_heads_q > INT32_MAX / 8) {
-        why << "the schedule would exceed 32-bit indexing (" << tiles_per_head(layout) * layout.num_heads_q
-            << " work items)";
+    // Work items are (tile, head) pairs counted in int32 by the kernel's scheduler, with room for
+    // one round of CTAs past the end.
+    const int64_t items = count_units(layout) * layout.num_heads_q;
+    if (items > INT32_MAX / 2) {
+        why << "the layout has " << items << " (query tile unit, head) work items; the SM90 scheduler indexes at most "
+            << INT32_MAX / 2 << "; split the batch into plans of fewer tokens";
         return why.str();
     }
     return std::string();
@@ -253,25 +194,29 @@ cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Sched
         *message = "out of host memory for the SM90 schedule";
         return cudaErrorMemoryAllocation;
     }
-    const int64_t works = tiles_per_head(layout) * layout.num_heads_q;
-    schedule->offsets = schedule_offsets(works, layout.sm_count);
+    const int64_t units = count_units(layout);
+    schedule->num_units = static_cast<int>(units);
+    schedule->tiles_per_unit = tiles_per_unit(layout);
+    schedule->num_ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(layout.sm_count, units * layout.num_heads_q)));
+    const size_t entries = static_cast<size_t>(std::max<int64_t>(1, units * schedule->tiles_per_unit));
+    const size_t bytes = sizeof(TileWork) * entries;
     int device = 0;
     cudaError_t error = cudaGetDevice(&device);
     if (error != cudaSuccess) {
         *message = "cudaGetDevice";
     } else {
-        error = acquire_block(device, schedule->offsets.end, &schedule->block, message);
+        error = acquire_block(device, bytes, &schedule->block, message);
     }
     if (error == cudaSuccess) {
         try {
-            fill_schedule(layout, schedule->offsets, static_cast<unsigned char*>(schedule->block.staging));
+            fill_units(layout, static_cast<TileWork*>(schedule->block.staging));
         } catch (const std::bad_alloc&) {
             error = cudaErrorMemoryAllocation;
-            *message = "out of host memory while scheduling the SM90 work";
+            *message = "out of host memory while listing the SM90 work";
         }
     }
     if (error == cudaSuccess) {
-        error = cudaMemcpyAsync(schedule->block.device_memory, schedule->block.staging, schedule->offsets.end,
+        error = cudaMemcpyAsync(schedule->block.device_memory, schedule->block.staging, bytes,
                                 cudaMemcpyHostToDevice, stream);
         if (error != cudaSuccess) {
             *message = "cudaMemcpyAsync of the SM90 schedule";
@@ -309,17 +254,10 @@ void schedule_destroy(Schedule* schedule) {
 size_t schedule_device_bytes(const Schedule* schedule) { return schedule->block.bytes; }
 
 void schedule_fill_args(const Schedule* schedule, RaggedArgs* args) {
-    const char* base = static_cast<const char*>(schedule->block.device_memory);
-    const ScheduleOffsets& o = schedule->offsets;
-    const auto at = [base](size_t offset) { return reinterpret_cast<const int32_t*>(base + offset); };
-    args->qo_tile_indices = at(o.qo_tile_indices);
-    args->qo_indptr = at(o.qo_indptr);
-    args->kv_indptr = at(o.kv_indptr);
-    args->qo_lens = at(o.qo_lens);
-    args->kv_lens = at(o.kv_lens);
-    args->head_indices = at(o.head_indices);
-    args->work_indptr = at(o.work_indptr);
-    args->batch_indices = at(o.batch_indices);
+    args->tiles = static_cast<const TileWork*>(schedule->block.device_memory);
+    args->num_units = schedule->num_units;
+    args->tiles_per_unit = schedule->tiles_per_unit;
+    args->num_ctas = schedule->num_ctas;
 }
 
 }  // namespace fas_sm90

@@ -978,6 +978,19 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 sm90.fp8 = fp8;
                 cases.push_back(sm90);
             }
+            // Thousands of short sequences: more query tiles per head (5000) than the 4096 up to
+            // which FlashInfer's own planner used the per-head schedule.
+            if (!quick) {
+                std::vector<int> many(5000);
+                for (size_t i = 0; i < many.size(); ++i) many[i] = 1 + static_cast<int>(i % 3);
+                AttentionCase tiny = varlen_case(fp8 ? "kernel-sm90-fp8-many-seqs" : "kernel-sm90-many-seqs", dtype, 4,
+                                                 2, info.head_dim, info.causal != 0, many);
+                tiny.use_plan = true;
+                tiny.plan_runs = 2;
+                tiny.expect_family = FAS_FAMILY_SM90;
+                tiny.fp8 = fp8;
+                cases.push_back(tiny);
+            }
             // The same layout forced onto FA2 where FA2 serves it: both families through plans.
             if (!fp8 && fas_query_support(dtype, info.head_dim, info.causal, nullptr) == FAS_SUCCESS) {
                 AttentionCase fa2 = varlen_case("plan-fa2-fallback", dtype, 8, 2, info.head_dim, info.causal != 0,

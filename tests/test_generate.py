@@ -18,11 +18,11 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
     assert split.count("template void run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>") == 1
     sm90 = (repo / "kernels" / "sm90_prefill_hdim64_fp16_sm90.cu").read_text()
     assert sm90.count("launch_ragged<0, 0, 64, false>") == 1
-    assert "run_ragged<cutlass::half_t, 64, false>" in sm90
+    assert "run_ragged<cutlass::half_t, cutlass::half_t, 64, false>" in sm90
     fp8 = (repo / "kernels" / "sm90_fp8_prefill_hdim128_e4m3_to_bf16_causal_sm90.cu").read_text()
     assert fp8.count("launch_ragged<2, 1, 128, true>") == 1
-    assert '#include "sm90/fp8_launch.cuh"' in fp8
-    assert "run_ragged_fp8<cutlass::bfloat16_t, 128, true>" in fp8
+    assert '#include "sm90/launch.cuh"' in fp8
+    assert "run_ragged<cutlass::float_e4m3_t, cutlass::bfloat16_t, 128, true>" in fp8
 
 
 def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):

@@ -101,17 +101,18 @@
  *     SM90 if the current device has compute capability 9.0, an SM90 kernel of exactly this
  *          (dtype, head_dim, causal) is built, args->disable_sm90 is 0, and the layout suits it
  *          (every sequence with queries has keys; a causal sequence has no more queries than
- *          keys; at most 4096 query tiles per head, i.e. about 4096 * 128 = 524288 total query
- *          rows minus the batch size, 4096 * 192 for head_dim 64);
+ *          keys; query tiles (128 or 192 rows) times num_heads_q at most
+ *          2^30);
  *     FA2  otherwise, with the smallest built FA2 head dim >= head_dim;
  *     FAS_ERROR_NOT_BUILT (message says why SM90 was not usable) if neither serves it.
  *   fas_plan_get_info() says which family a plan uses and why SM90 was passed over.
  *
- *   Creation does the host work: it validates the offsets and, for SM90 plans, runs the host
- *   scheduler and enqueues the upload of the work schedule on args->stream WITHOUT waiting for
- *   it. The schedule's device memory (with a pinned staging twin and an event) comes from a
- *   small per-device cache inside the library; only when no cached block is large enough does
- *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the offsets
+ *   Creation does the host work: it validates the offsets and, for SM90 plans, lists the
+ *   layout's query tiles, costliest first (32 bytes each; the kernel pairs them with heads and
+ *   deals the pairs to its CTAs itself), and enqueues the upload of that list on args->stream
+ *   WITHOUT waiting for it. The list's device memory (with a pinned staging twin and an
+ *   event) comes from a small per-device cache inside the library; only when no cached block
+ *   is large enough does creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the offsets
  *   and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on args->stream
  *   and wait for that stream. fas_plan_run() then only fills the kernel arguments from the plan
  *   and launches: no host scheduling, no host-to-device copy, no allocation, no

@@ -23,27 +23,23 @@ struct PlanLayout {
     int num_heads_k;
     int head_dim;  // kernel head dim: 64, 128 or 256
     bool causal;
+    bool fp8;      // e4m3 inputs (the FP8 kernels' tile shapes)
     int sm_count;  // of the device the plan is made on (the current device)
 };
 
-// Query rows per CTA tile of the SM90 kernel for a head dim (FlashInfer's getCTATileSize).
-int cta_tile_q(int head_dim);
-
 // Empty when the SM90 kernels can run this layout, else why not (in words, for a message).
-// Checks the layout-dependent limits: at most 4096 query tiles per head (the bound up to which
-// FlashInfer's own planner uses the per-head schedule these kernels are built for; larger
-// layouts are untested), sequences with no key, causal sequences with more queries than keys
-// (rows that see no key) and 32-bit limits of the schedule.
+// Checks the layout-dependent limits: sequences with no key, causal sequences with more queries
+// than keys (rows that see no key) and the 32-bit indexing of work items.
 std::string layout_unsupported_reason(const PlanLayout& layout);
 
 // Device-resident schedule; owned by the caller through schedule_destroy.
 struct Schedule;
 
-// Schedules the work on the host (the per-head format and cost model of FlashInfer's
-// PrefillSM90Plan) into a schedule block (device memory, pinned staging, upload event) taken
-// from a small per-device cache, or made with cudaMalloc / cudaMallocHost when none fits, and
-// enqueues the upload on stream without waiting for it. On failure returns the CUDA error and
-// sets *message; *out stays NULL.
+// Lists the layout's query tiles in the units and order sm90/tile_scheduler.cuh deals them in,
+// into a schedule block (device memory, pinned staging, upload event) taken from a small
+// per-device cache, or made with cudaMalloc / cudaMallocHost when none fits, and enqueues the
+// upload on stream without waiting for it. Host work: one pass over the tiles, none per head.
+// On failure returns the CUDA error and sets *message; *out stays NULL.
 cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
 
 // Before each launch on stream: makes stream wait for the upload unless it is known complete
@@ -57,7 +53,7 @@ void schedule_destroy(Schedule* schedule);
 // Bytes of device memory the schedule holds (its block's size).
 size_t schedule_device_bytes(const Schedule* schedule);
 
-// Fills the schedule pointer fields of *args (qo_tile_indices .. batch_indices).
+// Fills the schedule fields of *args (tiles, num_units, tiles_per_unit, num_ctas).
 void schedule_fill_args(const Schedule* schedule, RaggedArgs* args);
 
 }  // namespace fas_sm90

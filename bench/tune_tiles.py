@@ -1,0 +1,258 @@
+"""Tile-shape tuning of the SM90 kernels: builds one library per tile table and times them
+against SDPA cuDNN in the same run. A measuring tool for choosing src/sm90/tiles.h, not part
+of the release pipeline (which builds in the CUDA 12 container); it compiles with whatever
+nvcc the GPU machine has, so its numbers pick shapes, and the exported build is measured again
+with bench_attention.py.
+
+    python3 bench/tune_tiles.py pack .devcarry/tune-headers.tar.xz         # here: upstream headers
+    python3 bench/tune_tiles.py build --headers H.tar.xz --out OUT --jobs 16  # GPU machine
+    python3 bench/tune_tiles.py bench --out OUT                             # GPU machine, torch
+
+Every variant library holds the same kernels (bf16 hdim 64/128/256 and FP8 hdim 128 with bf16
+output, causal and not); a variant's table (TABLES below) replaces tiles.h's through
+FAS_SM90_TILES_OVERRIDE, so its planner and kernels agree. Objects whose shape equals another
+variant's are compiled once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLASHINFER = "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
+FA2_SRC = "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
+# What the SM90 and host TUs include from the pinned upstreams (archive name -> repo path).
+HEADER_ROOTS = {
+    "fi/include": f"{FLASHINFER}/include",
+    "fi/cutlass/include": f"{FLASHINFER}/cutlass/include",
+    "fi/cutlass/tools/util/include": f"{FLASHINFER}/cutlass/tools/util/include",
+    "fi/cccl/cub": f"{FLASHINFER}/cccl/cub",
+    "fi/cccl/libcudacxx/include": f"{FLASHINFER}/cccl/libcudacxx/include",
+    "fi/cccl/thrust": f"{FLASHINFER}/cccl/thrust",
+    "fa2": FA2_SRC,
+}
+
+# (fp8, head_dim, causal) -> (query rows, kv rows, stages). DEFAULT mirrors src/sm90/tiles.h.
+DEFAULT = {
+    (False, 64, False): (192, 128, 2), (False, 64, True): (128, 128, 2),
+    (False, 128, False): (128, 192, 2), (False, 128, True): (128, 128, 2),
+    (False, 256, False): (128, 64, 2), (False, 256, True): (128, 80, 2),
+    (True, 64, False): (192, 128, 4), (True, 64, True): (192, 128, 4),
+    (True, 128, False): (128, 192, 2), (True, 128, True): (128, 192, 2),
+    (True, 256, False): (128, 128, 2), (True, 256, True): (128, 128, 2),
+}
+# Alternatives within shared memory (Q + stages * (K + V [+ V^T for FP8]) <= 227 KiB); FP8's
+# PV GEMM needs kv rows divisible by 32 (and 224 does not compile). Keys not named keep DEFAULT.
+# (H100 runs, nvcc 13.0: hdim 64 192x160 ran at 0.5-0.7x of 192x128; 128x128x3 was no faster
+# than the defaults anywhere; FP8 128x256 was 10-15% slower than 128x192; FP8 160 and 224 do
+# not compile.)
+TABLES = {
+    "default": {},
+    "v1": {(False, 64, True): (128, 192, 2),
+           (False, 128, False): (128, 176, 2),
+           (False, 256, False): (128, 80, 2), (False, 256, True): (128, 80, 2)},
+    "v2": {(False, 64, True): (128, 128, 2),
+           (False, 128, False): (128, 160, 2),
+           (False, 256, True): (128, 80, 2)},
+}
+# The kernels every variant library holds: (fp8, head_dim, causal).
+KERNELS = [(False, hd, c) for hd in (64, 128, 256) for c in (False, True)] + [(True, 128, c) for c in (False, True)]
+FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+         "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
+         "--expt-extended-lambda", "--use_fast_math", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
+         "-DCUTLASS_ENABLE_GDC_FOR_SM90", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
+
+
+def table_of(variant: str) -> dict:
+    return {**DEFAULT, **TABLES[variant]}
+
+
+def kernel_file(fp8: bool, head_dim: int, causal: bool) -> Path:
+    suffix = "_causal" if causal else ""
+    name = f"sm90_fp8_prefill_hdim{head_dim}_e4m3_to_bf16{suffix}_sm90.cu" if fp8 else \
+        f"sm90_prefill_hdim{head_dim}_bf16{suffix}_sm90.cu"
+    return REPO / "kernels" / name
+
+
+def override_header(table: dict) -> str:
+    lines = ["// Written by bench/tune_tiles.py: a tuning table for src/sm90/tiles.h.",
+             "constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal) {"]
+    for (fp8, hd, causal), (q, kv, stages) in sorted(table.items()):
+        lines.append(f"    if (fp8 == {str(fp8).lower()} && head_dim == {hd} && causal == {str(causal).lower()}) "
+                     f"return {{{q}, {kv}, {stages}}};")
+    lines += ["    return {0, 0, 0};", "}", ""]
+    return "\n".join(lines)
+
+
+def registry() -> str:
+    rows = []
+    for fp8, hd, causal in KERNELS:
+        in_dtype = "FAS_DTYPE_E4M3" if fp8 else "FAS_DTYPE_BF16"
+        rows.append(f"FAS_SM90_PREFILL({in_dtype}, FAS_DTYPE_BF16, {hd}, {str(causal).lower()})")
+    return "\n".join(rows) + "\n"
+
+
+def pack(archive: Path) -> None:
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:xz", preset=3) as tar:
+        for name, path in HEADER_ROOTS.items():
+            tar.add(REPO / path, arcname=name)
+    print(f"{archive}: {archive.stat().st_size / 2**20:.1f} MiB")
+
+
+def run(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} ... failed:\n{result.stderr[-3000:]}")
+
+
+def build(headers: Path, out: Path, jobs: int) -> None:
+    root = out / "headers"
+    if not root.exists():
+        root.mkdir(parents=True)
+        with tarfile.open(headers) as tar:
+            tar.extractall(root)
+    upstream = [f"-I{root}/fi/cccl/cub", f"-I{root}/fi/cccl/libcudacxx/include", f"-I{root}/fi/cccl/thrust",
+                f"-I{root}/fi/include", "-isystem", f"{root}/fi/cutlass/include",
+                "-isystem", f"{root}/fi/cutlass/tools/util/include",
+                "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG"]
+    own = [f"-I{REPO}/src/include", f"-I{REPO}/src"]
+    gen = out / "gen"
+    gen.mkdir(parents=True, exist_ok=True)
+    (gen / "kernel_registry.inc").write_text(registry())
+    objects = out / "objects"
+    objects.mkdir(exist_ok=True)
+
+    # One object per distinct (kernel, shape); host objects per variant (the planner reads the table).
+    jobs_by_object: dict[Path, list[str]] = {}
+    variant_objects: dict[str, list[Path]] = {}
+    for variant in TABLES:
+        table = table_of(variant)
+        header = gen / f"tiles_{variant}.h"
+        header.write_text(override_header(table))
+        override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
+        mine = []
+        for key in KERNELS:
+            q, kv, stages = table[key]
+            obj = objects / f"{kernel_file(*key).stem}_q{q}_kv{kv}_s{stages}.o"
+            jobs_by_object.setdefault(obj, ["nvcc", "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
+                                            str(kernel_file(*key))])
+            mine.append(obj)
+        plan_obj = objects / f"sm90_plan_{variant}.o"
+        jobs_by_object[plan_obj] = ["nvcc", "-c", *FLAGS, *own, override, "-o", str(plan_obj),
+                                    str(REPO / "src/sm90_plan.cu")]
+        mine.append(plan_obj)
+        variant_objects[variant] = mine
+    api_obj = objects / "flash_api.o"
+    jobs_by_object[api_obj] = ["nvcc", "-c", *FLAGS, *own, f"-I{REPO}/src/standins", f"-I{root}/fa2",
+                               "-isystem", f"{root}/fi/cutlass/include", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
+                               "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0", "-o", str(api_obj),
+                               str(REPO / "src/flash_api.cu")]
+    pending = {obj: argv for obj, argv in jobs_by_object.items() if not obj.exists()}
+    print(f"compiling {len(pending)} objects with {jobs} jobs", flush=True)
+    failed = set()
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(run, argv): obj for obj, argv in pending.items()}
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                future.result()
+                print(f"  {futures[future].name}", flush=True)
+            except RuntimeError as error:  # a shape the templates reject: drop its variant
+                failed.add(futures[future])
+                print(f"  FAILED {futures[future].name}: {str(error)[-400:]}", flush=True)
+
+    for variant, mine in variant_objects.items():
+        if failed & set(mine) or api_obj in failed:
+            print(f"skipped {variant}: an object failed to compile", flush=True)
+            continue
+        lib_dir = out / variant / "lib"
+        lib_dir.mkdir(parents=True, exist_ok=True)
+        library = lib_dir / "libflash_attn_standalone.so.0.0.0"
+        run(["nvcc", "-shared", "-gencode=arch=compute_90a,code=sm_90a", "--cudart=static",
+             f"-Xlinker=--version-script={REPO}/src/exports.map", "-o", str(library), *map(str, mine), str(api_obj)])
+        bin_dir = out / variant / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        run(["nvcc", "-O2", "-std=c++17", f"-I{REPO}/src/include", "-Xcompiler=-pthread",
+             f"-Xlinker=-rpath,{lib_dir}", "-o", str(bin_dir / "test_varlen_inference"),
+             str(REPO / "src/test_varlen_inference.cpp"), f"-L{lib_dir}", f"-l:{library.name}"])
+        print(f"linked {variant}", flush=True)
+
+
+def bench(out: Path, repeats: int) -> None:
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_attention as ba
+
+    libs = {variant: ba.Library(out / variant) for variant in TABLES if (out / variant / "lib").exists()}
+    heads, total = 16, 16384
+    print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
+    print("TFLOPS, plan reused; ratio to SDPA cuDNN in brackets; shapes (q rows, kv rows, stages) per variant\n")
+    print("| kernel | batch x seqlen | cuDNN | " + " | ".join(libs) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(libs))
+    for fp8, hd, causal in KERNELS:
+        for seqlen in (1024, 4096, 16384):
+            batch = total // seqlen
+            shape = (batch * seqlen, heads, hd)
+            q, k, v = (torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+            out_t = torch.empty_like(q)
+            flops = 4.0 * batch * heads * seqlen * seqlen * hd / (2 if causal else 1)
+            four = [q.view(batch, seqlen, heads, hd), k.view(batch, seqlen, heads, hd),
+                    v.view(batch, seqlen, heads, hd)]
+            cudnn = ba.try_time(ba.sdpa_fn(SDPBackend.CUDNN_ATTENTION, *four, causal), repeats)
+            inputs = [t.to(torch.float8_e4m3fn) for t in (q, k, v)] if fp8 else [q, k, v]
+            cells = []
+            for variant, lib in libs.items():
+                reused, _, _ = lib.plan_fns(*inputs, out_t, causal, [seqlen] * batch)
+                ms = ba.try_time(reused, repeats)
+                shape_text = "x".join(map(str, table_of(variant)[(fp8, hd, causal)]))
+                cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
+            name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
+            print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)
+    # The Qwen2.5-VL-3B-like varlen GQA batch of bench_attention.py (cuDNN: one call per sequence).
+    lengths = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
+    q = torch.randn(sum(lengths), 16, 128, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(sum(lengths), 2, 128, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    out_t = torch.empty_like(q)
+    flops = sum(4.0 * 16 * n * n * 128 / 2 for n in lengths)
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    pieces = [[t[a:a + n].unsqueeze(0) for t in (q, k, v)] for a, n in zip(starts, lengths)]
+    per_sequence = [ba.sdpa_fn(SDPBackend.CUDNN_ATTENTION, *piece, True) for piece in pieces]
+    cudnn = ba.try_time(lambda: [fn() for fn in per_sequence], repeats)
+    cells = []
+    for variant, lib in libs.items():
+        ms = ba.try_time(lib.plan_fns(q, k, v, out_t, True, lengths)[0], repeats)
+        cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn)}]")
+    print(f"| bf16 hd128 causal GQA 16/2 | varlen 7 seqs | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("archive", type=Path)
+    b = sub.add_parser("build")
+    b.add_argument("--headers", type=Path, required=True)
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--jobs", type=int, default=os.cpu_count())
+    t = sub.add_parser("bench")
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if args.command == "pack":
+        pack(args.archive)
+    elif args.command == "build":
+        build(args.headers, args.out, args.jobs)
+    else:
+        bench(args.out, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+// Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
+// kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
+// (StandardFP8Attention, per-head descales), without sliding window. What is ours: the tile
+// shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
+// (sm90/ordered_epilogue.cuh) and the arguments; the kernels and collectives are the pinned
+// upstream's. Included only by the build-generated kernel translation units, each of which
+// defines one launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> specialization.
+#ifndef FAS_SM90_LAUNCH_CUH
+#define FAS_SM90_LAUNCH_CUH
+
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cutlass/numeric_types.h>
+
+#include <flashinfer/attention/hopper/prefill_sm90.cuh>
+#include <flashinfer/attention/hopper/quantization/prefill_sm90.cuh>
+
+#include "sm90/ordered_epilogue.cuh"
+#include "sm90/ragged_args.h"
+#include "sm90/tile_scheduler.cuh"
+#include "sm90/tiles.h"
+
+namespace fas_sm90 {
+
+// Attention-variant parameters of the 16-bit kernels: only the softmax scale. Members that the
+// variants probe with DEFINE_HAS_MEMBER and that are left out (q/k/v scales, multi-item scoring)
+// take the kernel's defaults (1, nullptr / 0).
+struct SoftmaxScaleOnly {
+    float sm_scale;
+};
+
+// Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar).
+struct Fp8Descales {
+    float sm_scale;
+    const float* maybe_scale_q;
+    float scale_q_scalar;
+    const float* maybe_scale_k;
+    float scale_k_scalar;
+    const float* maybe_scale_v;
+    float scale_v_scalar;
+};
+
+// The upstream types one kernel is assembled from, per input family.
+template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
+struct Assembly16 {
+    using Additional = SoftmaxScaleOnly;
+    using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
+                                                     Input, Input, Output, int32_t, OrderedEpilogueAttention>;
+    using Mainloop = flashinfer::CollectiveMainloop<Additional, Traits, Causal>;
+    using Epilogue = flashinfer::CollectiveEpilogue<Traits>;
+    static void* kernel() {
+        return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Traits,
+                                                                             /*LEFT_SLIDING_WINDOW=*/false, Causal,
+                                                                             SerpentineTileScheduler>);
+    }
+    static Additional additional(const RaggedArgs& args) { return {args.softmax_scale}; }
+};
+
+template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
+struct AssemblyFp8 {
+    using Additional = Fp8Descales;
+    using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
+                                                        cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
+                                                        OrderedEpilogueFP8Attention>;
+    using Mainloop = flashinfer::FP8CollectiveMainloop<Additional, Traits, Causal>;
+    using Epilogue = flashinfer::FP8CollectiveEpilogue<Traits>;
+    static void* kernel() {
+        return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Traits,
+                                                                                /*LEFT_SLIDING_WINDOW=*/false, Causal,
+                                                                                SerpentineTileScheduler>);
+    }
+    static Additional additional(const RaggedArgs& args) {
+        return {args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f};
+    }
+};
+
+template <typename Input>
+constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
+
+// Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
+// bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
+// tuning runs (the planner must then use the same query rows).
+template <typename Input, typename Output, int HeadDim, bool Causal,
+          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
+          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
+          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
+cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
+    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
+                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
+    static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
+    using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
+                                        Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
+    using Traits = typename Assembly::Traits;
+    using Mainloop = typename Assembly::Mainloop;
+    using Epilogue = typename Assembly::Epilogue;
+
+    // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
+    const int64_t nnz_qo = args.nnz_qo;
+    const int64_t nnz_kv = args.nnz_kv;
+    const auto layout = [](int64_t rows, int heads, int64_t row_stride) {
+        return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, HeadDim, row_stride, HeadDim);
+    };
+    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
+        {static_cast<const Input*>(args.q), layout(nnz_qo, args.num_qo_heads, args.q_row_stride),
+         static_cast<const Input*>(args.k), layout(nnz_kv, args.num_kv_heads, args.k_row_stride),
+         static_cast<const Input*>(args.v), layout(nnz_kv, args.num_kv_heads, args.v_row_stride),
+         /*window_left=*/-1, Assembly::additional(args)});
+    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
+        {static_cast<Output*>(args.out), layout(nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
+         flashinfer::get_lse_gmem_layout(static_cast<int>(nnz_qo), args.num_qo_heads)});
+    const SerpentineTileScheduler::Arguments scheduler_args{args.tiles,    args.num_units,
+                                                            args.tiles_per_unit, args.num_ctas,
+                                                            args.num_qo_heads, args.num_qo_heads / args.num_kv_heads};
+    const SerpentineTileScheduler::Params scheduler = SerpentineTileScheduler::to_underlying_arguments(scheduler_args);
+
+    void* kernel = Assembly::kernel();
+    constexpr int kSmemBytes = sizeof(typename Traits::SharedStorage);
+    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (error != cudaSuccess) return error;
+    void* kernel_args[] = {const_cast<typename Mainloop::Params*>(&mainloop),
+                           const_cast<typename Epilogue::Params*>(&epilogue),
+                           const_cast<SerpentineTileScheduler::Params*>(&scheduler)};
+    return cudaLaunchKernel(kernel, SerpentineTileScheduler::get_grid_dim(scheduler_args, 0),
+                            dim3(Traits::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
+}
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_LAUNCH_CUH
