@@ -112,7 +112,7 @@ def run(argv: list[str]) -> None:
         raise RuntimeError(f"{' '.join(argv[:3])} ... failed:\n{result.stderr[-3000:]}")
 
 
-def build(headers: Path, out: Path, jobs: int) -> None:
+def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None) -> None:
     root = out / "headers"
     if not root.exists():
         root.mkdir(parents=True)
@@ -122,7 +122,8 @@ def build(headers: Path, out: Path, jobs: int) -> None:
                 f"-I{root}/fi/include", "-isystem", f"{root}/fi/cutlass/include",
                 "-isystem", f"{root}/fi/cutlass/tools/util/include",
                 "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG"]
-    own = [f"-I{REPO}/src/include", f"-I{REPO}/src"]
+    # first_include: a folder whose src/-relative headers replace ours (experiments).
+    own = ([f"-I{first_include.resolve()}"] if first_include else []) + [f"-I{REPO}/src/include", f"-I{REPO}/src"]
     gen = out / "gen"
     gen.mkdir(parents=True, exist_ok=True)
     (gen / "kernel_registry.inc").write_text(registry())
@@ -132,7 +133,7 @@ def build(headers: Path, out: Path, jobs: int) -> None:
     # One object per distinct (kernel, shape); host objects per variant (the planner reads the table).
     jobs_by_object: dict[Path, list[str]] = {}
     variant_objects: dict[str, list[Path]] = {}
-    for variant in TABLES:
+    for variant in variants or TABLES:
         table = table_of(variant)
         header = gen / f"tiles_{variant}.h"
         header.write_text(override_header(table))
@@ -184,14 +185,15 @@ def build(headers: Path, out: Path, jobs: int) -> None:
         print(f"linked {variant}", flush=True)
 
 
-def bench(out: Path, repeats: int) -> None:
+def bench(outs: list[Path], repeats: int) -> None:
     import torch
     from torch.nn.attention import SDPBackend
 
     sys.path.insert(0, str(REPO / "bench"))
     import bench_attention as ba
 
-    libs = {variant: ba.Library(out / variant) for variant in TABLES if (out / variant / "lib").exists()}
+    libs = {(f"{out.name}:" if len(outs) > 1 else "") + variant: ba.Library(out / variant)
+            for out in outs for variant in TABLES if (out / variant / "lib").exists()}
     heads, total = 16, 16384
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}")
     print("TFLOPS, plan reused; ratio to SDPA cuDNN in brackets; shapes (q rows, kv rows, stages) per variant\n")
@@ -212,7 +214,7 @@ def bench(out: Path, repeats: int) -> None:
             for variant, lib in libs.items():
                 reused, _, _ = lib.plan_fns(*inputs, out_t, causal, [seqlen] * batch)
                 ms = ba.try_time(reused, repeats)
-                shape_text = "x".join(map(str, table_of(variant)[(fp8, hd, causal)]))
+                shape_text = "x".join(map(str, table_of(variant.split(":")[-1])[(fp8, hd, causal)]))
                 cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
             print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)
@@ -242,14 +244,16 @@ def main() -> None:
     b.add_argument("--headers", type=Path, required=True)
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--jobs", type=int, default=os.cpu_count())
+    b.add_argument("--first-include", type=Path, help="folder of src/-relative headers that replace ours")
+    b.add_argument("--variants", nargs="+", choices=sorted(TABLES), help="build only these tables")
     t = sub.add_parser("bench")
-    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--out", type=Path, nargs="+", required=True)
     t.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     if args.command == "pack":
         pack(args.archive)
     elif args.command == "build":
-        build(args.headers, args.out, args.jobs)
+        build(args.headers, args.out, args.jobs, args.first_include, args.variants)
     else:
         bench(args.out, args.repeats)
 

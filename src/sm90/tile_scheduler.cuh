@@ -4,15 +4,17 @@
 // The plan lists the layout's query tiles in units of tiles_per_unit consecutive entries
 // (sm90_plan.cu): with a causal mask a unit pairs tile t with tile n-1-t of the same sequence, so
 // every unit of a sequence costs the same; without one a unit is one tile. Heads are not in the
-// list: work item w of num_units * num_qo_heads is unit w / num_qo_heads for head w %
-// num_qo_heads, and a CTA runs both tiles of its unit back to back. Items are dealt in rounds of
-// one per CTA, in serpentine order (CTA c takes position c of even rounds and num_ctas-1-c of odd
-// ones), so the per-sequence cost differences of a varlen batch (sequences come longest first)
-// cancel out between rounds. Consecutive items share a sequence (and, within a GQA group, K/V),
-// so the CTAs running at one time read the same K/V from L2; sorting tiles by cost across
-// sequences instead measured up to 1.6x slower for causal batches of 1k-4k sequences (H100).
-// No per-run state: a plan may run on several streams at once. Producer and consumer warps
-// compute the same sequence independently.
+// list. Work items are (unit, query head) pairs in the order KV head, unit, query head of the
+// KV head's group: the items running at one time share K/V (one KV head, consecutive units of
+// one sequence), which then comes from L2. A CTA runs both tiles of its unit back to back. Items
+// are dealt in rounds of one per CTA, in serpentine order (CTA c takes position c of even rounds
+// and num_ctas-1-c of odd ones), so the per-sequence cost differences of a varlen batch
+// (sequences come longest first) cancel out between rounds. Measured on an H100
+// (docs/bench/sm90-tiles-h100.md): sorting tiles by cost across sequences instead was up to
+// 1.6x slower for causal batches of 1k-4k sequences; query heads outermost was 3-5% faster
+// than innermost without GQA but 8% slower on a 16/2 GQA batch, which this order keeps
+// together. No per-run state: a plan may run on several streams at once. Producer and consumer
+// warps compute the same sequence independently.
 #ifndef FAS_SM90_TILE_SCHEDULER_CUH
 #define FAS_SM90_TILE_SCHEDULER_CUH
 
@@ -39,13 +41,13 @@ struct SerpentineTileScheduler {
         int num_items;
         int tiles_per_unit;
         int num_ctas;
-        cutlass::FastDivmod heads;
+        cutlass::FastDivmod items_per_kv_head;  // num_units * group_size
         cutlass::FastDivmod group;
     };
 
     static Params to_underlying_arguments(Arguments const& args) {
         return {args.tiles, args.num_units * args.num_qo_heads, args.tiles_per_unit, args.num_ctas,
-                cutlass::FastDivmod(args.num_qo_heads), cutlass::FastDivmod(args.group_size)};
+                cutlass::FastDivmod(args.num_units * args.group_size), cutlass::FastDivmod(args.group_size)};
     }
 
     static dim3 get_grid_dim(Arguments const& args, int /*num_sm*/) { return dim3(static_cast<unsigned>(args.num_ctas)); }
@@ -80,11 +82,14 @@ struct SerpentineTileScheduler {
         WorkTileInfo info;
         info.round = round;
         if (item >= params.num_items) return info;  // rounds only grow: this CTA is done
+        int kv_head = 0;
+        int within = 0;
+        params.items_per_kv_head(kv_head, within, item);
         int unit = 0;
-        int head = 0;
-        params.heads(unit, head, item);
-        info.qo_head_idx = head;
-        info.kv_head_idx = params.group.divide(head);
+        int in_group = 0;
+        params.group(unit, in_group, within);
+        info.kv_head_idx = kv_head;
+        info.qo_head_idx = kv_head * static_cast<int>(params.group.divisor) + in_group;
         info.entry = unit * params.tiles_per_unit;
         info.unit_end = info.entry + params.tiles_per_unit;
         set_tile(info, params.tiles[info.entry]);
