@@ -108,14 +108,15 @@
  *   fas_plan_get_info() says which family a plan uses and why SM90 was passed over.
  *
  *   Creation does the host work: it validates the offsets and, for SM90 plans, lists the
- *   layout's query tiles, costliest first (32 bytes each; the kernel pairs them with heads and
- *   deals the pairs to its CTAs itself), and enqueues the upload of that list on args->stream
- *   WITHOUT waiting for it. The list's device memory (with a pinned staging twin and an
- *   event) comes from a small per-device cache inside the library; only when no cached block
- *   is large enough does creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the offsets
- *   and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on args->stream
- *   and wait for that stream. fas_plan_run() then only fills the kernel arguments from the plan
- *   and launches: no host scheduling, no host-to-device copy, no allocation, no
+ *   layout's query tiles once, not per head (32 bytes a tile; causal plans pair tile j with
+ *   tile n-1-j of a sequence; the kernel combines them with the heads and deals the work to its
+ *   CTAs itself), and enqueues the upload of that list on args->stream WITHOUT waiting for
+ *   it. The list's device memory (with a pinned staging twin and an event) comes from a small
+ *   per-device cache inside the library; only when no cached block is large enough does
+ *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the
+ *   offsets and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on
+ *   args->stream and wait for that stream. fas_plan_run() then only fills the kernel arguments
+ *   from the plan and launches: no host scheduling, no host-to-device copy, no allocation, no
  *   synchronization. (An SM90 run whose stream might not yet see the upload first makes its
  *   stream wait for it with cudaStreamWaitEvent; once a run has found the upload complete,
  *   later runs skip even that check.) fas_plan_get_info() reports the plan's device bytes. A
