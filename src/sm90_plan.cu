@@ -6,14 +6,11 @@
 // SM90 kernel is.
 #include "sm90/plan.h"
 
-#include <climits>
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <new>
 #include <sstream>
-#include <utility>
 #include <vector>
 
 #include "sm90/tiles.h"
