@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,17 +39,9 @@ HEADER_ROOTS = {
     "fa2": FA2_SRC,
 }
 
-# (fp8, head_dim, causal) -> (query rows, kv rows, stages). DEFAULT mirrors src/sm90/tiles.h.
-DEFAULT = {
-    (False, 64, False): (192, 128, 2), (False, 64, True): (128, 128, 2),
-    (False, 128, False): (128, 192, 2), (False, 128, True): (128, 128, 2),
-    (False, 256, False): (128, 64, 2), (False, 256, True): (128, 80, 2),
-    (True, 64, False): (192, 128, 4), (True, 64, True): (192, 128, 4),
-    (True, 128, False): (128, 192, 2), (True, 128, True): (128, 192, 2),
-    (True, 256, False): (128, 128, 2), (True, 256, True): (128, 128, 2),
-}
 # Alternatives within shared memory (Q + stages * (K + V [+ V^T for FP8]) <= 227 KiB); FP8's
-# PV GEMM needs kv rows divisible by 32 (and 224 does not compile). Keys not named keep DEFAULT.
+# PV GEMM needs kv rows divisible by 32 (and 224 does not compile). Keys (fp8, head_dim, causal) not named keep the
+# library's own shapes (src/sm90/tiles.h, read by compiling it: library_tiles()).
 # (H100 runs, nvcc 13.0: hdim 64 192x160 ran at 0.5-0.7x of 192x128; 128x128x3 was no faster
 # than the defaults anywhere; FP8 128x256 was 10-15% slower than 128x192; FP8 160 and 224 do
 # not compile.)
@@ -69,8 +62,29 @@ FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_
          "-DCUTLASS_ENABLE_GDC_FOR_SM90", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
 
 
-def table_of(variant: str) -> dict:
-    return {**DEFAULT, **TABLES[variant]}
+def library_tiles(work: Path) -> dict:
+    """(fp8, head_dim, causal) -> (query rows, kv rows, stages) of src/sm90/tiles.h, by compiling
+    and running a tiny host program against it (no second copy of the table to drift)."""
+    source = work / "print_tiles.cpp"
+    source.write_text('#include <cstdio>\n#include <initializer_list>\n#include "sm90/tiles.h"\nint main() {\n'
+                      "    for (int fp8 = 0; fp8 < 2; ++fp8)\n"
+                      "        for (int hd : {64, 128, 256})\n"
+                      "            for (int causal = 0; causal < 2; ++causal) {\n"
+                      "                const fas_sm90::TileShape t = fas_sm90::tile_shape(fp8, hd, causal);\n"
+                      '                std::printf("%d %d %d %d %d %d\\n", fp8, hd, causal, t.q_rows, t.kv_rows, t.stages);\n'
+                      "            }\n}\n")
+    binary = work / "print_tiles"
+    run(["nvcc", "-std=c++17", f"-I{REPO}/src", "-o", str(binary), str(source)])
+    printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout
+    table = {}
+    for line in printed.splitlines():
+        fp8, hd, causal, q, kv, stages = map(int, line.split())
+        table[(bool(fp8), hd, bool(causal))] = (q, kv, stages)
+    return table
+
+
+def table_of(variant: str, library: dict) -> dict:
+    return {**library, **TABLES[variant]}
 
 
 def kernel_file(fp8: bool, head_dim: int, causal: bool) -> Path:
@@ -129,12 +143,13 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     (gen / "kernel_registry.inc").write_text(registry())
     objects = out / "objects"
     objects.mkdir(exist_ok=True)
+    library = library_tiles(gen)
 
     # One object per distinct (kernel, shape); host objects per variant (the planner reads the table).
     jobs_by_object: dict[Path, list[str]] = {}
     variant_objects: dict[str, list[Path]] = {}
     for variant in variants or TABLES:
-        table = table_of(variant)
+        table = table_of(variant, library)
         header = gen / f"tiles_{variant}.h"
         header.write_text(override_header(table))
         override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
@@ -192,6 +207,7 @@ def bench(outs: list[Path], repeats: int) -> None:
     sys.path.insert(0, str(REPO / "bench"))
     import bench_attention as ba
 
+    library = library_tiles(Path(tempfile.mkdtemp()))
     libs = {(f"{out.name}:" if len(outs) > 1 else "") + variant: ba.Library(out / variant)
             for out in outs for variant in TABLES if (out / variant / "lib").exists()}
     heads, total = 16, 16384
@@ -218,7 +234,7 @@ def bench(outs: list[Path], repeats: int) -> None:
                     cells.append("not built")
                     continue
                 ms = ba.try_time(reused, repeats)
-                shape_text = "x".join(map(str, table_of(variant.split(":")[-1])[(fp8, hd, causal)]))
+                shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library)[(fp8, hd, causal)]))
                 cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
             print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)
