@@ -29,3 +29,15 @@ def test_the_including_folder_comes_first(tmp_path):
     write(tmp_path, "src/common.h", "\n")
     source = write(tmp_path, "src/sm90/user.cuh", '#include "common.h"\n')
     assert own_include_closure(tmp_path, source) == [local.resolve()]
+
+
+def test_planner_and_kernels_share_the_tile_table(repo):
+    """A tile-shape edit must rebuild both sides: the planner's query rows and the kernels'
+    traits come from one header, and each side's key covers it."""
+    tiles = (repo / "src/sm90/tiles.h").resolve()
+    kernel = repo / "kernels" / "sm90_prefill_hdim128_bf16_causal_sm90.cu"
+    fp8_kernel = repo / "kernels" / "sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90.cu"
+    planner = repo / "src" / "sm90_plan.cu"
+    for source in (kernel, fp8_kernel, planner):
+        assert tiles in own_include_closure(repo, source), source.name
+    assert (repo / "src/sm90/tile_scheduler.cuh").resolve() in own_include_closure(repo, kernel)
