@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -104,9 +105,9 @@ def override_header(table: dict) -> str:
     return "\n".join(lines)
 
 
-def registry() -> str:
+def registry(kernels) -> str:
     rows = []
-    for fp8, hd, causal in KERNELS:
+    for fp8, hd, causal in kernels:
         in_dtype = "FAS_DTYPE_E4M3" if fp8 else "FAS_DTYPE_BF16"
         rows.append(f"FAS_SM90_PREFILL({in_dtype}, FAS_DTYPE_BF16, {hd}, {str(causal).lower()})")
     return "\n".join(rows) + "\n"
@@ -126,7 +127,9 @@ def run(argv: list[str]) -> None:
         raise RuntimeError(f"{' '.join(argv[:3])} ... failed:\n{result.stderr[-3000:]}")
 
 
-def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None) -> None:
+def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None,
+          nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True) -> None:
+    kernels = [key for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
     root = out / "headers"
     if not root.exists():
         root.mkdir(parents=True)
@@ -140,7 +143,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     own = ([f"-I{first_include.resolve()}"] if first_include else []) + [f"-I{REPO}/src/include", f"-I{REPO}/src"]
     gen = out / "gen"
     gen.mkdir(parents=True, exist_ok=True)
-    (gen / "kernel_registry.inc").write_text(registry())
+    (gen / "kernel_registry.inc").write_text(registry(kernels))
     objects = out / "objects"
     objects.mkdir(exist_ok=True)
     library = library_tiles(gen)
@@ -154,19 +157,19 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         header.write_text(override_header(table))
         override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
         mine = []
-        for key in KERNELS:
+        for key in kernels:
             q, kv, stages = table[key]
             obj = objects / f"{kernel_file(*key).stem}_q{q}_kv{kv}_s{stages}.o"
-            jobs_by_object.setdefault(obj, ["nvcc", "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
+            jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
                                             str(kernel_file(*key))])
             mine.append(obj)
         plan_obj = objects / f"sm90_plan_{variant}.o"
-        jobs_by_object[plan_obj] = ["nvcc", "-c", *FLAGS, *own, override, "-o", str(plan_obj),
+        jobs_by_object[plan_obj] = [*nvcc, "-c", *FLAGS, *own, override, "-o", str(plan_obj),
                                     str(REPO / "src/sm90_plan.cu")]
         mine.append(plan_obj)
         variant_objects[variant] = mine
     api_obj = objects / "flash_api.o"
-    jobs_by_object[api_obj] = ["nvcc", "-c", *FLAGS, *own, f"-I{REPO}/src/standins", f"-I{root}/fa2",
+    jobs_by_object[api_obj] = [*nvcc, "-c", *FLAGS, *own, f"-I{REPO}/src/standins", f"-I{root}/fa2",
                                "-isystem", f"{root}/fi/cutlass/include", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
                                "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0", "-o", str(api_obj),
                                str(REPO / "src/flash_api.cu")]
@@ -190,11 +193,11 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         lib_dir = out / variant / "lib"
         lib_dir.mkdir(parents=True, exist_ok=True)
         library = lib_dir / "libflash_attn_standalone.so.0.0.0"
-        run(["nvcc", "-shared", "-gencode=arch=compute_90a,code=sm_90a", "--cudart=static",
+        run([*nvcc, "-shared", "-gencode=arch=compute_90a,code=sm_90a", "--cudart=static",
              f"-Xlinker=--version-script={REPO}/src/exports.map", "-o", str(library), *map(str, mine), str(api_obj)])
         bin_dir = out / variant / "bin"
         bin_dir.mkdir(exist_ok=True)
-        run(["nvcc", "-O2", "-std=c++17", f"-I{REPO}/src/include", "-Xcompiler=-pthread",
+        run([*nvcc, "-O2", "-std=c++17", f"-I{REPO}/src/include", "-Xcompiler=-pthread",
              f"-Xlinker=-rpath,{lib_dir}", "-o", str(bin_dir / "test_varlen_inference"),
              str(REPO / "src/test_varlen_inference.cpp"), f"-L{lib_dir}", f"-l:{library.name}"])
         print(f"linked {variant}", flush=True)
@@ -270,6 +273,9 @@ def main() -> None:
     b.add_argument("--jobs", type=int, default=os.cpu_count())
     b.add_argument("--first-include", type=Path, help="folder of src/-relative headers that replace ours")
     b.add_argument("--variants", nargs="+", choices=sorted(TABLES), help="build only these tables")
+    b.add_argument("--nvcc", default="nvcc", help="compiler command, e.g. 'docker exec NAME nvcc' for another toolkit")
+    b.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256], help="kernels of these head dims only")
+    b.add_argument("--no-fp8", action="store_true", help="leave out the FP8 kernels")
     t = sub.add_parser("bench")
     # Each OUT holds variant folders (default, v1, ...); an exported artifact placed as
     # OUT/default compares the release build with these in the same run.
@@ -279,7 +285,8 @@ def main() -> None:
     if args.command == "pack":
         pack(args.archive)
     elif args.command == "build":
-        build(args.headers, args.out, args.jobs, args.first_include, args.variants)
+        build(args.headers, args.out, args.jobs, args.first_include, args.variants, tuple(shlex.split(args.nvcc)),
+              tuple(args.head_dims), not args.no_fp8)
     else:
         bench(args.out, args.repeats)
 
