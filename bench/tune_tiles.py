@@ -11,7 +11,10 @@ with bench_attention.py.
 Every variant library holds the same kernels (bf16 hdim 64/128/256 and FP8 hdim 128 with bf16
 output, causal and not); a variant's table (TABLES below) replaces tiles.h's through
 FAS_SM90_TILES_OVERRIDE, so its planner and kernels agree. Objects whose shape equals another
-variant's are compiled once.
+variant's are compiled once. Experiments: `build --first-include DIR` puts DIR's src/-relative
+headers ahead of ours (another scheduler), `--nvcc CMD` compiles with another toolkit (e.g.
+`docker exec NAME nvcc`), `--head-dims` / `--no-fp8` build fewer kernels; `bench --out` takes
+several output folders, and an exported artifact unpacked as OUT/default is one more column.
 """
 
 from __future__ import annotations
