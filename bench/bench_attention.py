@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 FP16, BF16, E4M3 = 0, 1, 2
+# The Qwen2.5-VL-3B-like LLM batch (16 query / 2 KV heads, hdim 128, causal): 7 sequences, 16k tokens.
+QWEN_VARLEN_LENGTHS = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
 
 
 class FwdArgs(ctypes.Structure):
@@ -187,6 +189,7 @@ class Library:
             self._check(self.lib.fas_plan_destroy(handle))
 
         reused.keepalive = replanned.keepalive = (plan_args, run_args, host_offsets, plan)
+        reused.library = self  # the library that serves the plan (Libraries picks among several)
         return reused, replanned, info.family_name.decode()
 
     def _check(self, status: int) -> None:
@@ -312,7 +315,7 @@ def dense_rows(libs, args):
 def varlen_row(libs, args):
     """Qwen2.5-VL-3B-like LLM batch: 16 query / 2 KV heads, hdim 128, causal, 7 sequences,
     16k tokens. SDPA has no varlen entry point: its number is one call per sequence."""
-    lengths = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
+    lengths = QWEN_VARLEN_LENGTHS
     dtype = torch.bfloat16
     total = sum(lengths)
     q = torch.randn(total, 16, 128, dtype=dtype, device="cuda")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from bench_attention import Libraries
+from bench_attention import QWEN_VARLEN_LENGTHS, Libraries
 
 LAYOUTS = [([1024] * 16, 64, False), ([1024] * 16, 128, True), ([4096] * 4, 128, True),
-           ([16384], 64, True), ([16384], 128, False), ([4096, 3000, 2500, 2048, 1900, 1500, 1340], 128, True)]
+           ([16384], 64, True), ([16384], 128, False), (QWEN_VARLEN_LENGTHS, 128, True)]
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
         out = torch.empty_like(q)
         reused, _, family = libs.plan_fns(q, k, v, out, causal, lengths)
         plan_args = reused.keepalive[0]
-        owner = _owner(libs, plan_args)
+        owner = reused.library
         creates, destroys = [], []
         for _ in range(args.count):
             handle = ctypes.c_void_p()
@@ -58,16 +58,6 @@ def main() -> None:
         name = f"{len(lengths)}x{lengths[0]}" if len(set(lengths)) == 1 else f"varlen {len(lengths)} seqs"
         print(f"| {name} | {head_dim} | {'causal' if causal else 'full'} | {family} | "
               f"{statistics.median(creates) * 1e6:.0f} | {statistics.median(destroys) * 1e6:.0f} | {enqueue * 1e6:.0f} |")
-
-
-def _owner(libs, plan_args):
-    """The first library that makes this plan (as Libraries.plan_fns chose)."""
-    for lib in libs.libs:
-        handle = ctypes.c_void_p()
-        if lib.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle)) == 0:
-            lib.lib.fas_plan_destroy(handle)
-            return lib
-    raise SystemExit("no library makes this plan")
 
 
 if __name__ == "__main__":

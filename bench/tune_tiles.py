@@ -246,7 +246,7 @@ def bench(outs: list[Path], repeats: int) -> None:
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
             print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)
     # The Qwen2.5-VL-3B-like varlen GQA batch of bench_attention.py (cuDNN: one call per sequence).
-    lengths = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
+    lengths = ba.QWEN_VARLEN_LENGTHS
     q = torch.randn(sum(lengths), 16, 128, dtype=torch.bfloat16, device="cuda")
     k, v = (torch.randn(sum(lengths), 2, 128, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     out_t = torch.empty_like(q)

@@ -4,8 +4,8 @@ test binary.
 
 Objects are cached by a key over everything that determines them (source text, flags,
 archs, image, upstream pin, and those of our own headers the TU includes), so a second
-build recompiles only what changed. Per-TU wall time and peak RSS (GNU time, which sees nvcc's children) are kept
-in build/tu-stats.json and become the estimates of the next build.
+build recompiles only what changed. Per-TU wall time and peak RSS (GNU time, which sees
+nvcc's children) are kept in build/tu-stats.json and become the estimates of the next build.
 """
 
 from __future__ import annotations
@@ -69,8 +69,6 @@ def gencode_flags(archs) -> list[str]:
     return flags
 
 
-
-
 def own_include_closure(repo_root: Path, source: Path) -> list[Path]:
     """The files of this repository that `source` reaches through quoted #includes, resolved
     like the compiler does (the including file's folder, then OWN_INCLUDE_ROOTS). Includes that
@@ -90,6 +88,8 @@ def own_include_closure(repo_root: Path, source: Path) -> list[Path]:
                         pending.append(candidate)
                     break
     return sorted(seen)
+
+
 @dataclass
 class TUResult:
     name: str
