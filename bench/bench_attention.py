@@ -12,7 +12,8 @@ Prints one markdown table: TFLOPS per implementation and the library's ratio to 
 The library runs through its plan API (fas_plan_create once per batch layout, then
 fas_plan_run), which picks the SM90 family where it is built and FA2 otherwise; it is
 timed with the plan reused and, separately, with planning inside every call (create, run,
-synchronize, destroy), whose extra time is given as a share of one forward. The FP8 column
+fas_plan_destroy_async on the same stream, no synchronize: how an engine that plans per batch
+calls it), whose extra time is given as a share of one forward. The FP8 column
 runs the same shape with the inputs rounded to e4m3 (descales 1) and the row's dtype as
 output. The FA2 column is the one-call fas_fwd, which always runs the FA2 family.
 FLOPs are counted as 4 * B * H * Sq * Sk * D (two matmuls), halved for causal masks
@@ -109,6 +110,9 @@ class Library:
         self.lib.fas_plan_create.argtypes = [ctypes.POINTER(PlanArgs), ctypes.POINTER(ctypes.c_void_p)]
         self.lib.fas_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanRunArgs)]
         self.lib.fas_plan_destroy.argtypes = [ctypes.c_void_p]
+        self.destroy_async = getattr(self.lib, "fas_plan_destroy_async", None)
+        if self.destroy_async is not None:
+            self.destroy_async.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self.lib.fas_plan_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanInfo)]
 
     def kernel_head_dim(self, dtype: int, head_dim: int, causal: bool) -> int | None:
@@ -185,8 +189,11 @@ class Library:
         def replanned():
             handle = create()
             self._check(self.lib.fas_plan_run(handle, ctypes.byref(run_args)))
-            torch.cuda.current_stream().synchronize()  # destroy only after the run completed
-            self._check(self.lib.fas_plan_destroy(handle))
+            if self.destroy_async is not None:  # released when the stream gets there: no wait
+                self._check(self.destroy_async(handle, run_args.stream))
+            else:  # libraries before 0.1.0's fas_plan_destroy_async
+                torch.cuda.current_stream().synchronize()
+                self._check(self.lib.fas_plan_destroy(handle))
 
         reused.keepalive = replanned.keepalive = (plan_args, run_args, host_offsets, plan)
         reused.library = self  # the library that serves the plan (Libraries picks among several)

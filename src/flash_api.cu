@@ -995,6 +995,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
         ragged.num_qo_heads = resolved.num_heads_q;
         ragged.num_kv_heads = resolved.num_heads_k;
         ragged.softmax_scale = resolved.softmax_scale;
+        ragged.device = device_index;
         fas_sm90::schedule_fill_args(plan->schedule, &ragged);
     } else {
         plan->family = FAS_FAMILY_FA2;
@@ -1253,6 +1254,33 @@ fas_status fas_plan_destroy(fas_plan* plan) {
         if (plan == nullptr) return FAS_SUCCESS;
         const fas_status status = check_plan(plan);
         if (status != FAS_SUCCESS) return status;
+        delete plan;
+        return FAS_SUCCESS;
+    });
+}
+
+fas_status fas_plan_destroy_async(fas_plan* plan, cudaStream_t stream) {
+    return guarded([&] {
+        if (plan == nullptr) return FAS_SUCCESS;
+        const fas_status status = check_plan(plan);
+        if (status != FAS_SUCCESS) return status;
+        int device = 0;
+        cudaError_t error = cudaGetDevice(&device);
+        if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+        if (device != plan->device) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat("the plan was made on device ", plan->device, " but device ", device,
+                               " is current; call cudaSetDevice(", plan->device, ") before fas_plan_destroy_async"));
+        }
+        if (plan->family == FAS_FAMILY_SM90) {
+            error = fas_sm90::schedule_retire(plan->schedule, stream);
+            if (error != cudaSuccess) return fail_cuda(error, "ordering the SM90 schedule's release after the stream's work");
+            plan->schedule = nullptr;  // retired: the stream hands it back to the cache
+        } else {
+            // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
+            error = cudaStreamSynchronize(stream);
+            if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize before freeing the FA2 plan");
+        }
         delete plan;
         return FAS_SUCCESS;
     });

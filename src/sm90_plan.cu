@@ -27,13 +27,17 @@ struct ScheduleBlock {
     size_t bytes = 0;
     void* device_memory = nullptr;  // cudaMalloc
     void* staging = nullptr;        // cudaMallocHost, the source of the asynchronous upload
-    cudaEvent_t uploaded = nullptr; // recorded on the creation stream after the upload
+    // Recorded on the creation stream after the upload; for a block retired on a stream
+    // (schedule_retire), recorded again there: the block is free once it has completed.
+    cudaEvent_t uploaded = nullptr;
 };
 
 constexpr size_t kCachedBlocksPerDevice = 8;
+constexpr size_t kRetiringBlocksPerDevice = 8;
 
 std::mutex g_cache_mutex;
-std::vector<ScheduleBlock> g_cache;  // free blocks of every device
+std::vector<ScheduleBlock> g_cache;     // free blocks of every device
+std::vector<ScheduleBlock> g_retiring;  // retired on a stream that has not reached that point yet, oldest first
 
 void free_block(ScheduleBlock& block) {
     if (block.uploaded != nullptr) cudaEventDestroy(block.uploaded);
@@ -42,10 +46,52 @@ void free_block(ScheduleBlock& block) {
     block = ScheduleBlock{};
 }
 
+size_t count_on_device(const std::vector<ScheduleBlock>& blocks, int device) {
+    size_t count = 0;
+    for (const ScheduleBlock& block : blocks) count += block.device == device;
+    return count;
+}
+
+// Into the cache, or freed when the cache holds enough of its device. Caller holds the mutex.
+void cache_or_free_locked(ScheduleBlock& block) {
+    if (count_on_device(g_cache, block.device) < kCachedBlocksPerDevice) {
+        g_cache.push_back(block);
+        block = ScheduleBlock{};
+    } else {
+        free_block(block);
+    }
+}
+
+// Moves the retiring blocks of `device` whose stream has passed their retirement to the cache.
+// With too many still retiring, waits for the oldest: this bounds the memory a caller that
+// never synchronizes can tie up. Caller holds the mutex.
+void collect_retired_locked(int device) {
+    size_t retiring = 0;
+    for (auto it = g_retiring.begin(); it != g_retiring.end();) {
+        if (it->device != device) {
+            ++it;
+        } else if (cudaEventQuery(it->uploaded) == cudaSuccess) {
+            cache_or_free_locked(*it);
+            it = g_retiring.erase(it);
+        } else {
+            ++retiring, ++it;
+        }
+    }
+    cudaGetLastError();  // cudaErrorNotReady is no error of the caller's
+    if (retiring < kRetiringBlocksPerDevice) return;
+    const auto oldest = std::find_if(g_retiring.begin(), g_retiring.end(),
+                                     [device](const ScheduleBlock& block) { return block.device == device; });
+    cudaEventSynchronize(oldest->uploaded);
+    cudaGetLastError();
+    cache_or_free_locked(*oldest);
+    g_retiring.erase(oldest);
+}
+
 // A cached block of this device holding at least `bytes` (the smallest such), else a new one.
 cudaError_t acquire_block(int device, size_t bytes, ScheduleBlock* block, std::string* message) {
     {
         std::lock_guard<std::mutex> lock(g_cache_mutex);
+        collect_retired_locked(device);
         auto best = g_cache.end();
         for (auto it = g_cache.begin(); it != g_cache.end(); ++it) {
             if (it->device == device && it->bytes >= bytes && (best == g_cache.end() || it->bytes < best->bytes)) best = it;
@@ -84,17 +130,8 @@ void release_block(ScheduleBlock& block) {
     if (block.device_memory == nullptr) return;
     if (cudaEventQuery(block.uploaded) != cudaSuccess) cudaEventSynchronize(block.uploaded);
     cudaGetLastError();  // neither outcome is the caller's error
-    {
-        std::lock_guard<std::mutex> lock(g_cache_mutex);
-        size_t same_device = 0;
-        for (const ScheduleBlock& cached : g_cache) same_device += cached.device == block.device;
-        if (same_device < kCachedBlocksPerDevice) {
-            g_cache.push_back(block);
-            block = ScheduleBlock{};
-            return;
-        }
-    }
-    free_block(block);
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    cache_or_free_locked(block);
 }
 
 }  // namespace
@@ -246,6 +283,22 @@ void schedule_destroy(Schedule* schedule) {
     if (schedule == nullptr) return;
     release_block(schedule->block);
     delete schedule;
+}
+
+cudaError_t schedule_retire(Schedule* schedule, cudaStream_t stream) {
+    if (schedule == nullptr) return cudaSuccess;
+    ScheduleBlock& block = schedule->block;
+    // The upload may have been enqueued on another stream: order it before the retirement too.
+    cudaError_t error = cudaStreamWaitEvent(stream, block.uploaded, 0);
+    if (error == cudaSuccess) error = cudaEventRecord(block.uploaded, stream);
+    if (error != cudaSuccess) return error;  // the schedule stays whole; the caller still owns it
+    {
+        std::lock_guard<std::mutex> lock(g_cache_mutex);
+        g_retiring.push_back(block);
+    }
+    block = ScheduleBlock{};
+    delete schedule;
+    return cudaSuccess;
 }
 
 size_t schedule_device_bytes(const Schedule* schedule) { return schedule->block.bytes; }

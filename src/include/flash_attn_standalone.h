@@ -90,9 +90,10 @@
  *
  * THREAD SAFETY
  *   All functions may be called concurrently from several threads, on different or the same
- *   streams, with one exception: fas_plan_destroy must not overlap any other use of the same
- *   plan (see PLANS). The last-error message is per thread. The only global state is a lazily
- *   filled cache of per-device properties (compute capability, SM count), guarded by a mutex.
+ *   streams, with one exception: fas_plan_destroy(_async) must not overlap any other use of the
+ *   same plan (see PLANS). The last-error message is per thread. The global state is a lazily
+ *   filled cache of per-device properties (compute capability, SM count) and the cache of SM90
+ *   schedule blocks, each guarded by a mutex.
  *
  * PLANS (varlen layout only)
  *   fas_plan_create(args, &plan) takes the batch layout with the offsets in HOST memory
@@ -132,7 +133,10 @@
  *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
  *   while no other thread uses the plan. SM90 schedule memory goes back to the library's cache
  *   (at most 8 blocks per device are kept, for later plans; the rest is freed, and cached blocks
- *   live until the process ends). Using a destroyed plan is undefined behaviour (the library
+ *   live until the process ends). fas_plan_destroy_async(plan, stream) needs no synchronize:
+ *   the release waits on the device for the runs enqueued on that stream (SM90 plans; FA2 plans
+ *   synchronize the stream). An engine that plans per batch: create, run every layer, destroy
+ *   async, all on one stream. Using a destroyed plan is undefined behaviour (the library
  *   detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
  *
  *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
@@ -414,6 +418,20 @@ FAS_API fas_status fas_plan_run(const fas_plan* plan, const fas_plan_run_args* a
  * cache. NULL is a no-op returning FAS_SUCCESS. Call only once every run of the plan has
  * completed and no other thread uses it. */
 FAS_API fas_status fas_plan_destroy(fas_plan* plan);
+
+/* Stream-ordered fas_plan_destroy, for engines that make a plan per batch and never wait for
+ * the device: returns at once, and the plan's memory is released once `stream` has completed
+ * the work enqueued on it before this call. Every run of the plan must be ordered before this
+ * call on `stream` (enqueued on it, or joined to it with cudaStreamWaitEvent), and no other
+ * thread may use the plan. The plan's device must be current. The handle is dead after a
+ * FAS_SUCCESS return; on failure the plan stays live (fas_plan_destroy still frees it).
+ *   SM90 plans: the schedule block returns to the library's cache when the stream gets there;
+ *     a later fas_plan_create reuses it. At most 8 blocks per device wait so; when 8 are
+ *     still waiting, the next fas_plan_create on that device waits for the oldest.
+ *   FA2 plans: this synchronizes `stream` and then frees as fas_plan_destroy does (their
+ *     memory is freed with cudaFree, which must not overlap the runs).
+ * NULL is a no-op returning FAS_SUCCESS. */
+FAS_API fas_status fas_plan_destroy_async(fas_plan* plan, cudaStream_t stream);
 
 /* Describes a plan: family, kernel head dim, LSE layout, memory, why SM90 was not used. */
 FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);

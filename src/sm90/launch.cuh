@@ -8,6 +8,8 @@
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
+#include <atomic>
+#include <cstdint>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -118,8 +120,16 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
 
     void* kernel = Assembly::kernel();
     constexpr int kSmemBytes = sizeof(typename Traits::SharedStorage);
-    cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (error != cudaSuccess) return error;
+    // The shared-memory limit is a per-device attribute of the kernel: raise it at the first
+    // launch on each device (devices 0-63; any other on every launch). Two threads may both
+    // raise it; that is harmless.
+    static std::atomic<uint64_t> raised_on_devices{0};
+    const uint64_t device_bit = args.device >= 0 && args.device < 64 ? uint64_t{1} << args.device : 0;
+    if (device_bit == 0 || (raised_on_devices.load(std::memory_order_acquire) & device_bit) == 0) {
+        const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+        if (error != cudaSuccess) return error;
+        raised_on_devices.fetch_or(device_bit, std::memory_order_release);
+    }
     void* kernel_args[] = {const_cast<typename Mainloop::Params*>(&mainloop),
                            const_cast<typename Epilogue::Params*>(&epilogue),
                            const_cast<SerpentineTileScheduler::Params*>(&scheduler)};

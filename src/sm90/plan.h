@@ -49,6 +49,11 @@ cudaError_t schedule_prepare_run(Schedule* schedule, cudaStream_t stream);
 // Returns the block to the cache (at most 8 per device; beyond that frees it), after waiting
 // for an upload still in flight. NULL is a no-op.
 void schedule_destroy(Schedule* schedule);
+// Stream-ordered schedule_destroy: the block goes back to the cache once stream has reached
+// this point (a later schedule_create finds it there; at most 8 blocks per device wait so, the
+// 9th retirement makes the next create wait for the oldest). Returns without waiting. On a CUDA
+// error the schedule is left as it was. NULL is a no-op.
+cudaError_t schedule_retire(Schedule* schedule, cudaStream_t stream);
 
 // Bytes of device memory the schedule holds (its block's size).
 size_t schedule_device_bytes(const Schedule* schedule);

@@ -56,6 +56,9 @@ struct RaggedArgs {
     int num_units;
     int tiles_per_unit;
     int num_ctas;
+    // The plan's device (current at every run): the launcher raises the kernel's shared-memory
+    // limit once per device, not on every launch.
+    int device;
 };
 
 // Enqueues one forward pass on stream; returns the launch status. The dtypes are fas_dtype
