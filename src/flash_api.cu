@@ -979,7 +979,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
         // Layout limits were checked above (layout_unsupported_reason): what can fail here is
         // CUDA itself (allocation, the upload).
         std::string message;
-        const cudaError_t error = fas_sm90::schedule_create(layout, args.stream, &plan->schedule, &message);
+        const cudaError_t error = fas_sm90::schedule_create(layout, &plan->schedule, &message);
         if (error != cudaSuccess) return fail_cuda(error, message);
         plan->family = FAS_FAMILY_SM90;
         plan->kernel_head_dim = sm90_kernel->head_dim;

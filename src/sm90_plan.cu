@@ -32,7 +32,10 @@ struct ScheduleBlock {
     cudaEvent_t uploaded = nullptr;
 };
 
-constexpr size_t kCachedBlocksPerDevice = 8;
+// A caller that plans per batch without synchronizing keeps up to kRetiringBlocksPerDevice
+// blocks waiting plus the live ones in circulation: the cache holds more than that, so that
+// steady state neither frees (cudaFree / cudaFreeHost synchronize the device) nor allocates.
+constexpr size_t kCachedBlocksPerDevice = 16;
 constexpr size_t kRetiringBlocksPerDevice = 8;
 
 std::mutex g_cache_mutex;
@@ -85,6 +88,26 @@ void collect_retired_locked(int device) {
     cudaGetLastError();
     cache_or_free_locked(*oldest);
     g_retiring.erase(oldest);
+}
+
+// The device's upload stream, made on first use and kept for the process. Uploads go there and
+// not on the caller's stream, so that they overlap the kernels already queued there: a caller
+// that plans per batch would otherwise put a copy between every two kernels. Runs wait for the
+// upload's event (schedule_prepare_run).
+cudaError_t upload_stream(int device, cudaStream_t* stream) {
+    static std::mutex mutex;
+    static std::vector<cudaStream_t> streams;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (streams.size() <= static_cast<size_t>(device)) streams.resize(device + 1, nullptr);
+    if (streams[device] == nullptr) {
+        const cudaError_t error = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
+        if (error != cudaSuccess) {
+            streams[device] = nullptr;
+            return error;
+        }
+    }
+    *stream = streams[device];
+    return cudaSuccess;
 }
 
 // A cached block of this device holding at least `bytes` (the smallest such), else a new one.
@@ -221,7 +244,7 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
     return std::string();
 }
 
-cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message) {
+cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::string* message) {
     *out = nullptr;
     Schedule* schedule = new (std::nothrow) Schedule();
     if (schedule == nullptr) {
@@ -235,9 +258,12 @@ cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Sched
     const size_t entries = static_cast<size_t>(std::max<int64_t>(1, units * schedule->tiles_per_unit));
     const size_t bytes = sizeof(TileWork) * entries;
     int device = 0;
+    cudaStream_t stream = nullptr;
     cudaError_t error = cudaGetDevice(&device);
     if (error != cudaSuccess) {
         *message = "cudaGetDevice";
+    } else if ((error = upload_stream(device, &stream)) != cudaSuccess) {
+        *message = "cudaStreamCreateWithFlags for the SM90 schedule uploads";
     } else {
         error = acquire_block(device, bytes, &schedule->block, message);
     }

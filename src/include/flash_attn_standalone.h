@@ -111,8 +111,9 @@
  *   Creation does the host work: it validates the offsets and, for SM90 plans, lists the
  *   layout's query tiles once, not per head (32 bytes a tile; causal plans pair tile j with
  *   tile n-1-j of a sequence; the kernel combines them with the heads and deals the work to its
- *   CTAs itself), and enqueues the upload of that list on args->stream WITHOUT waiting for
- *   it. The list's device memory (with a pinned staging twin and an event) comes from a small
+ *   CTAs itself), and enqueues the upload of that list WITHOUT waiting for it, on a stream of
+ *   the library's own (one non-blocking stream per device, kept for the process), so that it
+ *   overlaps the work already queued on the caller's streams. The list's device memory (with a pinned staging twin and an event) comes from a small
  *   per-device cache inside the library; only when no cached block is large enough does
  *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the
  *   offsets and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on
@@ -132,7 +133,7 @@
  *   fas_plan_destroy releases the plan's memory: call it only after every
  *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
  *   while no other thread uses the plan. SM90 schedule memory goes back to the library's cache
- *   (at most 8 blocks per device are kept, for later plans; the rest is freed, and cached blocks
+ *   (at most 16 blocks per device are kept, for later plans; the rest is freed, and cached blocks
  *   live until the process ends). fas_plan_destroy_async(plan, stream) needs no synchronize:
  *   the release waits on the device for the runs enqueued on that stream (SM90 plans; FA2 plans
  *   synchronize the stream). An engine that plans per batch: create, run every layer, destroy
@@ -312,9 +313,9 @@ typedef struct fas_plan_args {
     int causal;          /* non-zero = causal mask, bottom-right aligned */
     int disable_sm90;    /* non-zero = use the FA2 family even where SM90 could serve */
 
-    /* Stream of the current device for the upload during fas_plan_create (FA2 plans synchronize
-     * it; SM90 plans only enqueue the upload); 0 = legacy default stream. Runs may use any
-     * stream of the device. */
+    /* FA2 plans: stream of the current device for the upload during fas_plan_create, which
+     * synchronizes it; 0 = legacy default stream. SM90 plans upload on the library's own
+     * stream (see PLANS) and do not use it. Runs may use any stream of the device. */
     cudaStream_t stream;
 
     /* Element type of out when dtype is FAS_DTYPE_E4M3: FAS_DTYPE_FP16 or FAS_DTYPE_BF16.

@@ -38,15 +38,15 @@ struct Schedule;
 // Lists the layout's query tiles in the units and order sm90/tile_scheduler.cuh deals them in,
 // into a schedule block (device memory, pinned staging, upload event) taken from a small
 // per-device cache, or made with cudaMalloc / cudaMallocHost when none fits, and enqueues the
-// upload on stream without waiting for it. Host work: one pass over the tiles, none per head.
+// upload on the library's upload stream of the current device without waiting for it. Host work: one pass over the tiles, none per head.
 // On failure returns the CUDA error and sets *message; *out stays NULL.
-cudaError_t schedule_create(const PlanLayout& layout, cudaStream_t stream, Schedule** out, std::string* message);
+cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::string* message);
 
 // Before each launch on stream: makes stream wait for the upload unless it is known complete
 // (then it costs one atomic load; no CUDA call once a run has seen the upload finished).
 cudaError_t schedule_prepare_run(Schedule* schedule, cudaStream_t stream);
 
-// Returns the block to the cache (at most 8 per device; beyond that frees it), after waiting
+// Returns the block to the cache (at most 16 per device; beyond that frees it), after waiting
 // for an upload still in flight. NULL is a no-op.
 void schedule_destroy(Schedule* schedule);
 // Stream-ordered schedule_destroy: the block goes back to the cache once stream has reached
