@@ -113,7 +113,8 @@
  *   tile n-1-j of a sequence; the kernel combines them with the heads and deals the work to its
  *   CTAs itself), and enqueues the upload of that list WITHOUT waiting for it, on a stream of
  *   the library's own (one non-blocking stream per device, kept for the process), so that it
- *   overlaps the work already queued on the caller's streams. The list's device memory (with a pinned staging twin and an event) comes from a small
+ *   overlaps the work already queued on the caller's streams. The list's device memory (with
+ *   a pinned staging twin and an event) comes from a small
  *   per-device cache inside the library; only when no cached block is large enough does
  *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the
  *   offsets and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on
