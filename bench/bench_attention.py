@@ -110,9 +110,7 @@ class Library:
         self.lib.fas_plan_create.argtypes = [ctypes.POINTER(PlanArgs), ctypes.POINTER(ctypes.c_void_p)]
         self.lib.fas_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanRunArgs)]
         self.lib.fas_plan_destroy.argtypes = [ctypes.c_void_p]
-        self.destroy_async = getattr(self.lib, "fas_plan_destroy_async", None)
-        if self.destroy_async is not None:
-            self.destroy_async.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.fas_plan_destroy_async.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self.lib.fas_plan_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanInfo)]
 
     def kernel_head_dim(self, dtype: int, head_dim: int, causal: bool) -> int | None:
@@ -189,11 +187,7 @@ class Library:
         def replanned():
             handle = create()
             self._check(self.lib.fas_plan_run(handle, ctypes.byref(run_args)))
-            if self.destroy_async is not None:  # released when the stream gets there: no wait
-                self._check(self.destroy_async(handle, run_args.stream))
-            else:  # libraries before 0.1.0's fas_plan_destroy_async
-                torch.cuda.current_stream().synchronize()
-                self._check(self.lib.fas_plan_destroy(handle))
+            self._check(self.lib.fas_plan_destroy_async(handle, run_args.stream))  # no wait
 
         reused.keepalive = replanned.keepalive = (plan_args, run_args, host_offsets, plan)
         reused.library = self  # the library that serves the plan (Libraries picks among several)

@@ -58,7 +58,7 @@ def main() -> None:
             owner.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle))
             owner.lib.fas_plan_run(handle, ctypes.byref(run_args))
             start = time.perf_counter()
-            status = owner.destroy_async(handle, run_args.stream)
+            status = owner.lib.fas_plan_destroy_async(handle, run_args.stream)
             async_destroys.append(time.perf_counter() - start)
             if status != 0:
                 raise SystemExit(f"fas_plan_destroy_async failed: {owner.lib.fas_get_last_error().decode()}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import os
 import shlex
 import subprocess
@@ -152,13 +153,13 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     (gen / "kernel_registry.inc").write_text(registry(kernels))
     objects = out / "objects"
     objects.mkdir(exist_ok=True)
-    library = library_tiles(gen)
+    library_table = library_tiles(gen)
 
     # One object per distinct (kernel, shape); host objects per variant (the planner reads the table).
     jobs_by_object: dict[Path, list[str]] = {}
     variant_objects: dict[str, list[Path]] = {}
     for variant in variants or TABLES:
-        table = table_of(variant, library)
+        table = table_of(variant, library_table)
         header = gen / f"tiles_{variant}.h"
         header.write_text(override_header(table))
         override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
@@ -174,7 +175,8 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
                                     str(REPO / "src/sm90_plan.cu")]
         mine.append(plan_obj)
         variant_objects[variant] = mine
-    api_obj = objects / "flash_api.o"
+    # Named by the kernel set: its registry is compiled in, so another --head-dims needs another one.
+    api_obj = objects / f"flash_api_{hashlib.sha256(registry(kernels).encode()).hexdigest()[:12]}.o"
     jobs_by_object[api_obj] = [*nvcc, "-c", *FLAGS, *own, f"-I{REPO}/src/standins", f"-I{root}/fa2",
                                "-isystem", f"{root}/fi/cutlass/include", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
                                "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0", "-o", str(api_obj),
@@ -216,7 +218,8 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
     sys.path.insert(0, str(REPO / "bench"))
     import bench_attention as ba
 
-    library = library_tiles(Path(tempfile.mkdtemp()))
+    with tempfile.TemporaryDirectory() as work:
+        library_table = library_tiles(Path(work))
     libs = {(f"{out.name}:" if len(outs) > 1 else "") + variant: ba.Library(out / variant)
             for out in outs for variant in TABLES if (out / variant / "lib").exists()}
     heads, total = 16, 16384
@@ -243,7 +246,7 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
                     cells.append("not built")
                     continue
                 ms = ba.try_time(reused, repeats)
-                shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library)[(fp8, hd, causal)]))
+                shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library_table)[(fp8, hd, causal)]))
                 cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
             print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)

@@ -147,14 +147,14 @@ cudaError_t acquire_block(int device, size_t bytes, ScheduleBlock* block, std::s
     return cudaSuccess;
 }
 
-// Back to the cache (or freed when the cache is full). The upload must be over before the
-// staging buffer serves another plan: a plan destroyed before any run may still be uploading.
-void release_block(ScheduleBlock& block) {
+// Onto the retiring list, free once its event has completed (collect_retired_locked). For a plan
+// destroyed after its runs that event is the upload's, which may still be in flight when no run
+// came; schedule_retire records it again on the caller's stream first.
+void retire_block(ScheduleBlock& block) {
     if (block.device_memory == nullptr) return;
-    if (cudaEventQuery(block.uploaded) != cudaSuccess) cudaEventSynchronize(block.uploaded);
-    cudaGetLastError();  // neither outcome is the caller's error
     std::lock_guard<std::mutex> lock(g_cache_mutex);
-    cache_or_free_locked(block);
+    g_retiring.push_back(block);
+    block = ScheduleBlock{};
 }
 
 }  // namespace
@@ -307,7 +307,7 @@ cudaError_t schedule_prepare_run(Schedule* schedule, cudaStream_t stream) {
 
 void schedule_destroy(Schedule* schedule) {
     if (schedule == nullptr) return;
-    release_block(schedule->block);
+    retire_block(schedule->block);
     delete schedule;
 }
 
@@ -318,12 +318,7 @@ cudaError_t schedule_retire(Schedule* schedule, cudaStream_t stream) {
     cudaError_t error = cudaStreamWaitEvent(stream, block.uploaded, 0);
     if (error == cudaSuccess) error = cudaEventRecord(block.uploaded, stream);
     if (error != cudaSuccess) return error;  // the schedule stays whole; the caller still owns it
-    {
-        std::lock_guard<std::mutex> lock(g_cache_mutex);
-        g_retiring.push_back(block);
-    }
-    block = ScheduleBlock{};
-    delete schedule;
+    schedule_destroy(schedule);
     return cudaSuccess;
 }
 

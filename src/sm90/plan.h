@@ -38,7 +38,8 @@ struct Schedule;
 // Lists the layout's query tiles in the units and order sm90/tile_scheduler.cuh deals them in,
 // into a schedule block (device memory, pinned staging, upload event) taken from a small
 // per-device cache, or made with cudaMalloc / cudaMallocHost when none fits, and enqueues the
-// upload on the library's upload stream of the current device without waiting for it. Host work: one pass over the tiles, none per head.
+// upload on the library's upload stream of the current device without waiting for it. Host
+// work: one pass over the tiles, none per head.
 // On failure returns the CUDA error and sets *message; *out stays NULL.
 cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::string* message);
 
@@ -46,13 +47,14 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
 // (then it costs one atomic load; no CUDA call once a run has seen the upload finished).
 cudaError_t schedule_prepare_run(Schedule* schedule, cudaStream_t stream);
 
-// Returns the block to the cache (at most 16 per device; beyond that frees it), after waiting
-// for an upload still in flight. NULL is a no-op.
+// For a schedule whose runs have completed: its block returns to the cache (at most 16 per
+// device; beyond that it is freed) once its upload is over, found by a later schedule_create.
+// Never waits. NULL is a no-op.
 void schedule_destroy(Schedule* schedule);
-// Stream-ordered schedule_destroy: the block goes back to the cache once stream has reached
-// this point (a later schedule_create finds it there; at most 8 blocks per device wait so, the
-// 9th retirement makes the next create wait for the oldest). Returns without waiting. On a CUDA
-// error the schedule is left as it was. NULL is a no-op.
+// Stream-ordered schedule_destroy: the block returns once stream has reached this point. At
+// most 8 blocks per device wait so; with 8 waiting, the next schedule_create waits for the
+// oldest. Returns without waiting. On a CUDA error the schedule is left as it was. NULL is a
+// no-op.
 cudaError_t schedule_retire(Schedule* schedule, cudaStream_t stream);
 
 // Bytes of device memory the schedule holds (its block's size).
