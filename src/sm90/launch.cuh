@@ -2,9 +2,10 @@
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
 // (StandardFP8Attention, per-head descales), without sliding window. What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
-// (sm90/ordered_epilogue.cuh) and the arguments; the kernels and collectives are the pinned
-// upstream's. Included only by the build-generated kernel translation units, each of which
-// defines one launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> specialization.
+// (sm90/ordered_epilogue.cuh), the shared-memory layout (sm90/shared_storage.cuh) and the
+// arguments; the kernels and collectives are the pinned upstream's. Included only by the
+// build-generated kernel translation units, each of which defines one
+// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
@@ -22,6 +23,7 @@
 
 #include "sm90/ordered_epilogue.cuh"
 #include "sm90/ragged_args.h"
+#include "sm90/shared_storage.cuh"
 #include "sm90/tile_scheduler.cuh"
 #include "sm90/tiles.h"
 
@@ -51,10 +53,11 @@ struct Assembly16 {
     using Additional = SoftmaxScaleOnly;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, OrderedEpilogueAttention>;
+    using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
     using Mainloop = flashinfer::CollectiveMainloop<Additional, Traits, Causal>;
     using Epilogue = flashinfer::CollectiveEpilogue<Traits>;
     static void* kernel() {
-        return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Traits,
+        return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                              /*LEFT_SLIDING_WINDOW=*/false, Causal,
                                                                              SerpentineTileScheduler>);
     }
@@ -67,10 +70,11 @@ struct AssemblyFp8 {
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
                                                         OrderedEpilogueFP8Attention>;
+    using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = flashinfer::FP8CollectiveMainloop<Additional, Traits, Causal>;
     using Epilogue = flashinfer::FP8CollectiveEpilogue<Traits>;
     static void* kernel() {
-        return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Traits,
+        return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                                 /*LEFT_SLIDING_WINDOW=*/false, Causal,
                                                                                 SerpentineTileScheduler>);
     }
@@ -95,7 +99,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
     using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
                                         Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
-    using Traits = typename Assembly::Traits;
+    using Kernel = typename Assembly::Kernel;
     using Mainloop = typename Assembly::Mainloop;
     using Epilogue = typename Assembly::Epilogue;
 
@@ -119,7 +123,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     const SerpentineTileScheduler::Params scheduler = SerpentineTileScheduler::to_underlying_arguments(scheduler_args);
 
     void* kernel = Assembly::kernel();
-    constexpr int kSmemBytes = sizeof(typename Traits::SharedStorage);
+    constexpr int kSmemBytes = sizeof(typename Kernel::SharedStorage);
     // The shared-memory limit is a per-device attribute of the kernel: raise it at the first
     // launch on each device (devices 0-63; any other on every launch). Two threads may both
     // raise it; that is harmless.
@@ -134,7 +138,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
                            const_cast<typename Epilogue::Params*>(&epilogue),
                            const_cast<SerpentineTileScheduler::Params*>(&scheduler)};
     return cudaLaunchKernel(kernel, SerpentineTileScheduler::get_grid_dim(scheduler_args, 0),
-                            dim3(Traits::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
+                            dim3(Kernel::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
 }
 
 }  // namespace fas_sm90

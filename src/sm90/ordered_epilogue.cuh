@@ -27,6 +27,8 @@
 #include <flashinfer/attention/hopper/quantization/kernel_traits.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
 
+#include "sm90/shared_storage.cuh"
+
 namespace fas_sm90 {
 
 // FlashInfer's StandardAttention under our own name, so that kernel traits built with it pick
@@ -77,8 +79,8 @@ struct CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHead
 
         Tensor staged = make_tensor(make_smem_ptr(shared_storage.smem_o.data()), typename Upstream::SmemLayoutO{});
 
-        // smem_o overlays smem_v: no consumer may still be reading V.
-        consumers_sync(NamedBarriers::kValueEmpty);
+        // Where smem_o overlays smem_v, no consumer may still be reading V.
+        if constexpr (fas_sm90::kOOverlaysV<SharedStorage>) consumers_sync(NamedBarriers::kValueEmpty);
         {
             auto stsm = make_tiled_copy_C(typename Upstream::SmemCopyAtomO{}, tiled_mma);
             auto thread_stsm = stsm.get_thread_slice(thread_idx);
@@ -109,7 +111,8 @@ struct CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHead
         write_O<Upstream::NUM_COPY_THREADS>(params.O_ptr, copy_out, params.layout_O,
                                             select<0, 1>(typename Upstream::TileShape_PDV{}), staged, thread_idx,
                                             tile, qo_head, qo_start, qo_len, Upstream::NUM_WARPS - 1);
-        // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O).
+        // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O),
+        // nor once the next tile is staged.
         consumers_sync(NamedBarriers::kValueEmpty);
     }
 };
@@ -131,7 +134,10 @@ struct FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, k
                               int thread_idx, BlockCoord const& block_coord) {
         Upstream::store(params, acc_o, row_lse, shared_storage, tiled_mma, thread_idx, block_coord);
         // Nobody reads smem_o any more once the last warp lets the producer refill it (barrier_O).
-        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, static_cast<int>(NamedBarriers::kValueEmpty));
+        // In our own layout the next store's leading barrier orders the reuse of smem_o.
+        if constexpr (fas_sm90::kOOverlaysV<SharedStorage>) {
+            cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, static_cast<int>(NamedBarriers::kValueEmpty));
+        }
     }
 };
 
