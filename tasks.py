@@ -59,15 +59,14 @@ def fetch(c, offline=False, local=None):
 @task
 @reports_errors
 def image(c):
-    """Build (or reuse) the toolchain images matrix.yaml names."""
-    from flashbuild.build import log
+    """Build (or reuse) the toolchain images matrix.yaml names (fetching the tools they pin)."""
+    from flashbuild.build import Paths, ensure_toolchain
     from flashbuild.container import docker_client
-    from flashbuild.images import ensure_image
     from flashbuild.options import load_config
 
     client = docker_client()
     for spec in load_config(REPO / "matrix.yaml").images.values():
-        built = ensure_image(client, spec, REPO, REPO / "build" / "logs", log)
+        built = ensure_toolchain(client, spec, Paths(REPO))
         print(f"{spec.name}: {built.tag} ({'built' if built.built else 'up to date'})")
 
 

@@ -137,6 +137,7 @@ def run(argv: list[str]) -> None:
 def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None,
           nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True) -> None:
     kernels = [key for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
+    out = out.resolve()  # the tile override is #included by path, relative to the TU's folder
     root = out / "headers"
     if not root.exists():
         root.mkdir(parents=True)

@@ -11,4 +11,8 @@ RUN apt-get update \
       nvidia-cuda-toolkit binutils ccache time ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
-RUN nvcc --version && cuobjdump --version && test -f /usr/lib/x86_64-linux-gnu/libcudart_static.a
+# Tools that matrix.yaml adds from pinned sources (images.<name>.ptxas: a newer CUDA 12
+# ptxas, which assembles the 12.4 front end's PTX into faster SM90 code). /usr/local/bin
+# comes before /usr/bin on the PATH, where nvcc looks for ptxas.
+COPY tools/ /usr/local/bin/
+RUN nvcc --version && ptxas --version && cuobjdump --version && test -f /usr/lib/x86_64-linux-gnu/libcudart_static.a

@@ -16,7 +16,7 @@ from . import export, images, sources, verify
 from .container import ToolchainContainer, docker_client
 from .errors import ConfigError, VerifyError
 from .generate import stale_files
-from .options import load_config
+from .options import ImageSpec, load_config
 from .plan import HOST_TUS, BuildPlan, make_plan
 from .schedule import GIB, Budget, SchedulerEvents, make_budget, max_concurrency
 
@@ -84,6 +84,21 @@ def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: b
             for name, pin in pins.items() if only is None or name in only}
 
 
+def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None = None,
+                     offline: bool = False) -> images.ToolchainImage:
+    """The toolchain image of `spec`, with the tools it names from pinned sources."""
+    tools = {}
+    if spec.ptxas:
+        pins = sources.load_lock(paths.lock)
+        if spec.ptxas not in pins:
+            raise ConfigError(f"image '{spec.name}' takes ptxas from '{spec.ptxas}', which sources.lock.yaml does not pin",
+                              fix=f"pin it in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+        if fetched is None or spec.ptxas not in fetched:
+            fetched = fetch_sources(paths, offline=offline, only={spec.ptxas})
+        tools["ptxas"] = fetched[spec.ptxas].path("bin") / "ptxas"
+    return images.ensure_image(client, spec, paths.repo, paths.build / "logs", log, tools)
+
+
 def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
           reserve_gb: float = 2.0, offline: bool = False, local: dict[str, Path] | None = None) -> list[Path]:
     paths = Paths(repo.resolve())
@@ -104,7 +119,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
-        image = images.ensure_image(client, entry_plan.entry.image, paths.repo, paths.build / "logs", log)
+        image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
         log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
         with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name) as container:
             compiler = compile_stage.EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image,
@@ -114,7 +129,9 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             report = verify_build(container.run_tool, result, paths)
             verify.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())
-            toolchain = {**images.describe(image), "nvcc": container.check(["nvcc", "--version"]).strip().splitlines()[-1]}
+            toolchain = {**images.describe(image),
+                         **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
+                            for tool in ("nvcc", "ptxas")}}
         manifest = _manifest(plan, result, fetched, toolchain, report, compiler)
         version = export.version_string(result.version)
         folder, tarball = export.export_artifact(paths.artifacts, version, entry_plan.name, result.library,
@@ -242,7 +259,7 @@ def verify_path(repo: Path, target: Path) -> verify.Report:
     built_with = manifest.get("toolchain", {}).get("dockerfile")
     spec = next((s for s in config.images.values() if s.dockerfile == built_with), next(iter(config.images.values())))
     client = docker_client()
-    image = images.ensure_image(client, spec, paths.repo, paths.build / "logs", log)
+    image = ensure_toolchain(client, spec, paths)
     # Mount what is being verified: the repo is always mounted; a library outside it is copied in.
     with ToolchainContainer(client, image.tag, paths.repo, "verify", extra_mounts=[library.parent]) as container:
         verify.verify_library(container.run_tool, library, expect, report)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EnvironmentProblem, ImageError
+from .hashing import sha256_of
 from .options import ImageSpec
 
 IMAGE_REPO = "flashbuild"
@@ -107,17 +108,21 @@ def ensure_base(client, spec: ImageSpec, log) -> str:
     return tag
 
 
-def image_tag(spec: ImageSpec, repo_root: Path, base_tag: str) -> str:
+def image_tag(spec: ImageSpec, repo_root: Path, base_tag: str, tools: dict[str, Path] | None = None) -> str:
     dockerfile = (repo_root / spec.dockerfile).read_text()
-    return f"{IMAGE_REPO}/{spec.name}:{_digest(dockerfile, base_tag, spec.cuda)}"
+    tool_digests = [f"{name}={sha256_of(path)}" for name, path in sorted((tools or {}).items())]
+    return f"{IMAGE_REPO}/{spec.name}:{_digest(dockerfile, base_tag, spec.cuda, *tool_digests)}"
 
 
-def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=print) -> ToolchainImage:
+def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=print,
+                 tools: dict[str, Path] | None = None) -> ToolchainImage:
+    """The toolchain image of `spec`. `tools` (name in the image -> file on this host) are
+    put into the build context's tools/ folder, which the Dockerfile copies onto the PATH."""
     dockerfile_path = repo_root / spec.dockerfile
     if not dockerfile_path.is_file():
         raise ImageError(f"{spec.dockerfile} does not exist", fix="restore it from git")
     base_tag = ensure_base(client, spec, log)
-    tag = image_tag(spec, repo_root, base_tag)
+    tag = image_tag(spec, repo_root, base_tag, tools)
     existing = _image_exists(client, tag)
     if existing:
         return ToolchainImage(tag, existing.id, spec, built=False)
@@ -129,24 +134,31 @@ def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=pr
     lines: list[str] = []
     error = None
     try:
-        stream = client.api.build(
-            path=str(dockerfile_path.parent),
-            dockerfile=dockerfile_path.name,
-            buildargs={"BASE": base_tag},
-            tag=tag,
-            rm=True,
-            forcerm=True,
-            decode=True,
-        )
-        with open(log_path, "w") as out:
-            for chunk in stream:
-                text = chunk.get("stream") or chunk.get("status") or ""
-                if "error" in chunk:
-                    error = chunk.get("error")
-                    text = error + "\n"
-                if text:
-                    out.write(text)
-                    lines.append(text)
+        with tempfile.TemporaryDirectory(prefix="flashbuild-context-") as context:
+            shutil.copy(dockerfile_path, Path(context) / dockerfile_path.name)
+            (Path(context) / "tools").mkdir()
+            for name, path in (tools or {}).items():
+                staged = Path(context) / "tools" / name
+                shutil.copy(path, staged)
+                staged.chmod(0o755)  # wheels do not keep the executable bit
+            stream = client.api.build(
+                path=context,
+                dockerfile=dockerfile_path.name,
+                buildargs={"BASE": base_tag},
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            with open(log_path, "w") as out:
+                for chunk in stream:
+                    text = chunk.get("stream") or chunk.get("status") or ""
+                    if "error" in chunk:
+                        error = chunk.get("error")
+                        text = error + "\n"
+                    if text:
+                        out.write(text)
+                        lines.append(text)
     except DockerException as exc:
         error = str(exc)
     if error or not _image_exists(client, tag):

@@ -33,6 +33,7 @@ class ImageSpec:
     dockerfile: str
     cuda: str
     base: BaseImage
+    ptxas: str | None = None  # a sources.lock.yaml pin whose bin/ptxas replaces the toolkit's
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def load_config(path: Path | str) -> Config:
                 suite=spec["base"]["suite"],
                 components=tuple(spec["base"]["components"]),
             ),
+            ptxas=spec.get("ptxas"),
         )
         for name, spec in document["images"].items()
     }

@@ -140,7 +140,8 @@ class BuildPlan:
     @property
     def sources_needed(self) -> set[str]:
         kernels = {FAMILY_SOURCES[tu.family] for e in self.entries for tu in e.kernels}
-        return kernels | {tu.upstream for tu in HOST_TUS if tu.upstream}
+        tools = {e.entry.image.ptxas for e in self.entries if e.entry.image.ptxas}
+        return kernels | tools | {tu.upstream for tu in HOST_TUS if tu.upstream}
 
 
 def kernels_of(entry: Entry) -> tuple[KernelTU, ...]:

@@ -116,12 +116,12 @@ def _in_toolchain(repo, argv):
     """Run a command in the smoke entry's toolchain image, the repo mounted at its path."""
     import docker
 
+    from flashbuild.build import Paths, ensure_toolchain
     from flashbuild.container import ToolchainContainer
-    from flashbuild.images import ensure_image
 
     spec = load_config(repo / "matrix.yaml").matrix("smoke").entries[0].image
     client = docker.from_env()
-    image = ensure_image(client, spec, repo, repo / "build" / "logs", log=lambda m: None)
+    image = ensure_toolchain(client, spec, Paths(repo))
     with ToolchainContainer(client, image.tag, repo, "test") as container:
         result = container.exec(argv)
     return subprocess.CompletedProcess(argv, result.exit_code, result.output, "")
