@@ -12,11 +12,14 @@
 //    releases barrier_O, which lets the producer TMA-load the next tile's V over smem_o. Without
 //    the warp scheduler barrier (hdim 256) other warps can still be reading smem_o then.
 //
-// Here: one full consumer barrier between staging and the copy, and one after the copy.
+// Here: one full consumer barrier between staging and the copy, and one after the copy (which
+// also keeps the next tile's staging off smem_o until every copy is done). Where smem_o overlays
+// V (sm90/shared_storage.cuh), staging waits for all consumers to be done with V first.
 // Everything else (layouts, params, store_zero) is the upstream epilogue's, inherited. The FP8
 // epilogue (hopper/quantization/epilogue.cuh) stages correctly (sync only) but has the second
 // hazard (smem_o overlays smem_vt, refilled by the producer after barrier_O; at hdim 64 no warp
-// scheduler barrier orders the warpgroups): it gets the trailing barrier.
+// scheduler barrier orders the warpgroups): where that overlay exists it gets the trailing
+// barrier.
 #ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
 #define FAS_SM90_ORDERED_EPILOGUE_CUH
 
