@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -219,8 +220,8 @@ class Libraries:
         return next((lib for lib in self.libs if lib.kernel_head_dim(dtype, head_dim, causal) == head_dim), None)
 
 
-def median_ms(fn, repeats: int) -> float:
-    """Median of `repeats` timings, each over enough back-to-back calls to fill ~20 ms."""
+def _call_ms(fn) -> float:
+    """One call's time, after 3 untimed calls (the first ones build plans and handles)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -229,16 +230,45 @@ def median_ms(fn, repeats: int) -> float:
     fn()
     end.record()
     torch.cuda.synchronize()
-    inner = max(1, min(200, int(20.0 / max(start.elapsed_time(end), 1e-3))))
-    samples = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / inner)
-    return statistics.median(samples)
+    return max(start.elapsed_time(end), 1e-3)
+
+
+def median_ms_each(fns: dict, repeats: int) -> dict:
+    """Median time per call of each function, or the first line of the error a backend raised
+    (a backend that refuses a shape is reported, not fatal). Each sample is enough back-to-back
+    calls to fill ~20 ms, and the samples are taken in rounds, one per function in a shuffled
+    order (fixed seed), so that every backend of a row runs under the same clocks and none
+    always follows the same other one. Timed one after another, the same kernel's two columns
+    (plan reused, planning per call) came out up to 8-13% apart at hdim 128-256, 16k tokens,
+    in either direction depending on the warm-up: the H100's clock moves with sustained load."""
+    results, inner = {}, {}
+    order = random.Random(0)
+    for name, fn in fns.items():
+        try:
+            inner[name] = max(1, min(200, int(20.0 / _call_ms(fn))))
+        except RuntimeError as error:
+            results[name] = str(error).splitlines()[0][:60]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = {name: [] for name in inner}
+    for round_index in range(repeats + 1):  # round 0 warms up and is not kept
+        names = list(inner)
+        order.shuffle(names)
+        for name in names:
+            calls = inner[name]
+            start.record()
+            for _ in range(calls):
+                fns[name]()
+            end.record()
+            torch.cuda.synchronize()
+            if round_index:
+                samples[name].append(start.elapsed_time(end) / calls)
+    results.update({name: statistics.median(times) for name, times in samples.items()})
+    return results
+
+
+def try_time(fn, repeats):
+    """One function alone (tools that time one backend at a time)."""
+    return median_ms_each({"fn": fn}, repeats)["fn"]
 
 
 def sdpa_fn(backend, q, k, v, causal):
@@ -251,13 +281,6 @@ def sdpa_fn(backend, q, k, v, causal):
             F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
 
     return run
-
-
-def try_time(fn, repeats):
-    try:
-        return median_ms(fn, repeats)
-    except RuntimeError as error:  # a backend that refuses a shape is reported, not fatal
-        return str(error).splitlines()[0][:60]
 
 
 def tflops(flops: float, ms) -> str:
@@ -288,24 +311,25 @@ def dense_rows(libs, args):
                     q, k, v = (torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
                     out = torch.empty_like(q)
                     flops = 4.0 * batch * args.heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-                    family, ours, with_plan, fp8 = "-", "not built", "not built", "not built"
+                    family, fns = "-", {}
                     flat = [t.view(batch * seqlen, args.heads, head_dim) for t in (q, k, v, out)]
                     try:
-                        reused, replanned, family = libs.plan_fns(*flat, causal, [seqlen] * batch)
-                        ours = try_time(reused, args.repeats)
-                        with_plan = try_time(replanned, args.repeats)
+                        fns["ours"], fns["with_plan"], family = libs.plan_fns(*flat, causal, [seqlen] * batch)
                     except RuntimeError:
                         pass  # no family of these builds serves the shape
                     # FP8 e4m3 inputs (same values, rounded), output in this row's dtype.
                     flat8 = [t.to(torch.float8_e4m3fn) for t in flat[:3]] + [flat[3]]
                     try:
-                        fp8 = try_time(libs.plan_fns(*flat8, causal, [seqlen] * batch)[0], args.repeats)
+                        fns["fp8"] = libs.plan_fns(*flat8, causal, [seqlen] * batch)[0]
                     except RuntimeError:
                         pass
-                    fa2 = (try_time(fa2_lib.forward_fn(q, k, v, out, causal), args.repeats)
-                           if fa2_lib is not None else "not built")
-                    cudnn = try_time(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), args.repeats)
-                    flash = try_time(sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal), args.repeats)
+                    if fa2_lib is not None:
+                        fns["fa2"] = fa2_lib.forward_fn(q, k, v, out, causal)
+                    fns["cudnn"] = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
+                    fns["flash"] = sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
+                    times = median_ms_each(fns, args.repeats)
+                    ours, with_plan, fp8, fa2, cudnn, flash = (
+                        times.get(name, "not built") for name in ("ours", "with_plan", "fp8", "fa2", "cudnn", "flash"))
                     rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}", family,
                                  tflops(flops, ours), tflops(flops, with_plan), overhead(ours, with_plan),
                                  tflops(flops, fp8), ratio(fp8, ours), tflops(flops, fa2),
@@ -326,26 +350,28 @@ def varlen_row(libs, args):
     for length in lengths:
         offsets.append(offsets[-1] + length)
     flops = sum(4.0 * 16 * n * n * 128 / 2 for n in lengths)
-    reused, replanned, family = libs.plan_fns(q, k, v, out, True, lengths)
-    ours = try_time(reused, args.repeats)
-    with_plan = try_time(replanned, args.repeats)
+    fns = {}
+    fns["ours"], fns["with_plan"], family = libs.plan_fns(q, k, v, out, True, lengths)
     pieces = [(q[a:b].unsqueeze(0), k[a:b].unsqueeze(0), v[a:b].unsqueeze(0)) for a, b in zip(offsets, offsets[1:])]
 
     def looped(backend):
-        fns = [sdpa_fn(backend, *p, True) for p in pieces]
-        return lambda: [f() for f in fns]
+        per_sequence = [sdpa_fn(backend, *p, True) for p in pieces]
+        return lambda: [f() for f in per_sequence]
 
-    cudnn = try_time(looped(SDPBackend.CUDNN_ATTENTION), args.repeats)
-    flash = try_time(looped(SDPBackend.FLASH_ATTENTION), args.repeats)
+    fns["cudnn"] = looped(SDPBackend.CUDNN_ATTENTION)
+    fns["flash"] = looped(SDPBackend.FLASH_ATTENTION)
     cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
     fa2_lib = libs.fa2_library(BF16, 128, True)
-    fa2 = (try_time(fa2_lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths)), args.repeats)
-           if fa2_lib is not None else "not built")
+    if fa2_lib is not None:
+        fns["fa2"] = fa2_lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths))
     try:
         flat8 = [t.to(torch.float8_e4m3fn) for t in (q, k, v)]
-        fp8 = try_time(libs.plan_fns(*flat8, out, True, lengths)[0], args.repeats)
+        fns["fp8"] = libs.plan_fns(*flat8, out, True, lengths)[0]
     except RuntimeError:
-        fp8 = "not built"
+        pass
+    times = median_ms_each(fns, args.repeats)
+    ours, with_plan, fp8, fa2, cudnn, flash = (
+        times.get(name, "not built") for name in ("ours", "with_plan", "fp8", "fa2", "cudnn", "flash"))
     return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, tflops(flops, ours),
             tflops(flops, with_plan), overhead(ours, with_plan), tflops(flops, fp8), ratio(fp8, ours),
             tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn))
@@ -360,14 +386,14 @@ def main() -> None:
     parser.add_argument("--seqlens", nargs="+", type=int, default=[1024, 4096, 16384])
     parser.add_argument("--total-tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     torch.manual_seed(0)
     libs = Libraries(args.artifact)
     names = ", ".join(a.name for a in args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
           f"library {libs.libs[0].lib.fas_version_string().decode()} ({names})")
-    print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings")
+    print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings, taken in shuffled rounds over the backends")
     print()
     print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS, plan reused | library TFLOPS, "
           "planning in each call | planning cost (% of one forward) | library FP8 e4m3 in TFLOPS, plan reused | "
