@@ -266,11 +266,6 @@ def median_ms_each(fns: dict, repeats: int) -> dict:
     return results
 
 
-def try_time(fn, repeats):
-    """One function alone (tools that time one backend at a time)."""
-    return median_ms_each({"fn": fn}, repeats)["fn"]
-
-
 def sdpa_fn(backend, q, k, v, causal):
     """SDPA on [B, H, S, D] views of the same [B, S, H, D] tensors the library reads."""
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

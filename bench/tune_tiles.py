@@ -237,16 +237,21 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
             flops = 4.0 * batch * heads * seqlen * seqlen * hd / (2 if causal else 1)
             four = [q.view(batch, seqlen, heads, hd), k.view(batch, seqlen, heads, hd),
                     v.view(batch, seqlen, heads, hd)]
-            cudnn = ba.try_time(ba.sdpa_fn(SDPBackend.CUDNN_ATTENTION, *four, causal), repeats)
             inputs = [t.to(torch.float8_e4m3fn) for t in (q, k, v)] if fp8 else [q, k, v]
-            cells = []
+            fns = {"cudnn": ba.sdpa_fn(SDPBackend.CUDNN_ATTENTION, *four, causal)}
             for variant, lib in libs.items():
                 try:
-                    reused, _, _ = lib.plan_fns(*inputs, out_t, causal, [seqlen] * batch)
+                    fns[variant] = lib.plan_fns(*inputs, out_t, causal, [seqlen] * batch)[0]
                 except RuntimeError:  # e.g. an exported artifact without this kernel
+                    pass
+            times = ba.median_ms_each(fns, repeats)  # in shuffled rounds: same clocks for all
+            cudnn = times["cudnn"]
+            cells = []
+            for variant in libs:
+                if variant not in times:
                     cells.append("not built")
                     continue
-                ms = ba.try_time(reused, repeats)
+                ms = times[variant]
                 shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library_table)[(fp8, hd, causal)]))
                 cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
@@ -260,15 +265,16 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     pieces = [[t[a:a + n].unsqueeze(0) for t in (q, k, v)] for a, n in zip(starts, lengths)]
     per_sequence = [ba.sdpa_fn(SDPBackend.CUDNN_ATTENTION, *piece, True) for piece in pieces]
-    cudnn = ba.try_time(lambda: [fn() for fn in per_sequence], repeats)
-    cells = []
+    fns = {"cudnn": lambda: [fn() for fn in per_sequence]}
     for variant, lib in libs.items():
         try:
-            ms = ba.try_time(lib.plan_fns(q, k, v, out_t, True, lengths)[0], repeats)
+            fns[variant] = lib.plan_fns(q, k, v, out_t, True, lengths)[0]
         except RuntimeError:
-            cells.append("not built")
-            continue
-        cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn)}]")
+            pass
+    times = ba.median_ms_each(fns, repeats)
+    cudnn = times["cudnn"]
+    cells = [f"{ba.tflops(flops, times[v])} [{ba.ratio(times[v], cudnn)}]" if v in times else "not built"
+             for v in libs]
     print(f"| bf16 hd128 causal GQA 16/2 | varlen 7 seqs | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |")
 
 
