@@ -80,21 +80,22 @@ def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: b
     if unknown:
         raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
                           fix=f"use one of: {', '.join(sorted(pins))}")
+    unpinned = set(only or ()) - set(pins)
+    if unpinned:  # matrix.yaml names a source (an image's ptxas) that the lock does not pin
+        raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
+                          f"{', '.join(sorted(unpinned))}",
+                          fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
     return {name: sources.fetch(pin, paths.third_party, (local or {}).get(name), offline, log)
             for name, pin in pins.items() if only is None or name in only}
 
 
-def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None = None,
-                     offline: bool = False) -> images.ToolchainImage:
-    """The toolchain image of `spec`, with the tools it names from pinned sources."""
+def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None = None) -> images.ToolchainImage:
+    """The toolchain image of `spec`, with the tools it names from pinned sources (taken from
+    `fetched` when the caller already has them)."""
     tools = {}
     if spec.ptxas:
-        pins = sources.load_lock(paths.lock)
-        if spec.ptxas not in pins:
-            raise ConfigError(f"image '{spec.name}' takes ptxas from '{spec.ptxas}', which sources.lock.yaml does not pin",
-                              fix=f"pin it in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
         if fetched is None or spec.ptxas not in fetched:
-            fetched = fetch_sources(paths, offline=offline, only={spec.ptxas})
+            fetched = fetch_sources(paths, only={spec.ptxas})
         tools["ptxas"] = fetched[spec.ptxas].path("bin") / "ptxas"
     return images.ensure_image(client, spec, paths.repo, paths.build / "logs", log, tools)
 
