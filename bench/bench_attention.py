@@ -293,6 +293,17 @@ def overhead(reused, replanned) -> str:
     return f"{(replanned - reused) / reused * 100:.0f}%" if isinstance(reused, float) and isinstance(replanned, float) else "n/a"
 
 
+def timed_cells(flops: float, fns: dict, repeats: int) -> tuple:
+    """The measured columns of a row (library plan reused, planning in each call, planning
+    cost, FP8, FP8 / 16-bit, FA2, cuDNN, flash, library / cuDNN) from `fns` timed together;
+    a backend missing from `fns` is "not built"."""
+    times = median_ms_each(fns, repeats)
+    ours, with_plan, fp8, fa2, cudnn, flash = (
+        times.get(name, "not built") for name in ("ours", "with_plan", "fp8", "fa2", "cudnn", "flash"))
+    return (tflops(flops, ours), tflops(flops, with_plan), overhead(ours, with_plan), tflops(flops, fp8),
+            ratio(fp8, ours), tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn))
+
+
 def dense_rows(libs, args):
     rows = []
     for dtype_name in args.dtypes:
@@ -322,13 +333,8 @@ def dense_rows(libs, args):
                         fns["fa2"] = fa2_lib.forward_fn(q, k, v, out, causal)
                     fns["cudnn"] = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
                     fns["flash"] = sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
-                    times = median_ms_each(fns, args.repeats)
-                    ours, with_plan, fp8, fa2, cudnn, flash = (
-                        times.get(name, "not built") for name in ("ours", "with_plan", "fp8", "fa2", "cudnn", "flash"))
                     rows.append((dtype_name, head_dim, "causal" if causal else "full", f"{batch}x{seqlen}", family,
-                                 tflops(flops, ours), tflops(flops, with_plan), overhead(ours, with_plan),
-                                 tflops(flops, fp8), ratio(fp8, ours), tflops(flops, fa2),
-                                 tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn)))
+                                 *timed_cells(flops, fns, args.repeats)))
     return rows
 
 
@@ -364,12 +370,7 @@ def varlen_row(libs, args):
         fns["fp8"] = libs.plan_fns(*flat8, out, True, lengths)[0]
     except RuntimeError:
         pass
-    times = median_ms_each(fns, args.repeats)
-    ours, with_plan, fp8, fa2, cudnn, flash = (
-        times.get(name, "not built") for name in ("ours", "with_plan", "fp8", "fa2", "cudnn", "flash"))
-    return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, tflops(flops, ours),
-            tflops(flops, with_plan), overhead(ours, with_plan), tflops(flops, fp8), ratio(fp8, ours),
-            tflops(flops, fa2), tflops(flops, cudnn), tflops(flops, flash), ratio(ours, cudnn))
+    return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, *timed_cells(flops, fns, args.repeats))
 
 
 def main() -> None:
