@@ -2,8 +2,9 @@
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
 // (StandardFP8Attention, per-head descales), without sliding window. What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
-// (sm90/ordered_epilogue.cuh), the shared-memory layout (sm90/shared_storage.cuh) and the
-// arguments; the kernels and collectives are the pinned upstream's. Included only by the
+// (sm90/ordered_epilogue.cuh), the shared-memory layout (sm90/shared_storage.cuh), the FP8
+// producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
+// are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
 // launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
@@ -21,6 +22,7 @@
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/quantization/prefill_sm90.cuh>
 
+#include "sm90/fp8_producer.cuh"
 #include "sm90/ordered_epilogue.cuh"
 #include "sm90/ragged_args.h"
 #include "sm90/shared_storage.cuh"
@@ -71,7 +73,7 @@ struct AssemblyFp8 {
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
                                                         OrderedEpilogueFP8Attention>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
-    using Mainloop = flashinfer::FP8CollectiveMainloop<Additional, Traits, Causal>;
+    using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
     using Epilogue = flashinfer::FP8CollectiveEpilogue<Traits>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
