@@ -9,6 +9,7 @@ an input changes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -114,6 +115,36 @@ def image_tag(spec: ImageSpec, repo_root: Path, base_tag: str, tools: dict[str, 
     return f"{IMAGE_REPO}/{spec.name}:{_digest(dockerfile, base_tag, spec.cuda, *tool_digests)}"
 
 
+@contextlib.contextmanager
+def _build_context(dockerfile_path: Path, tools: dict[str, Path]):
+    """A temporary build context: the Dockerfile, and `tools` in its tools/ folder."""
+    with tempfile.TemporaryDirectory(prefix="flashbuild-context-") as folder:
+        context = Path(folder)
+        shutil.copy(dockerfile_path, context / dockerfile_path.name)
+        (context / "tools").mkdir()
+        for name, path in tools.items():
+            staged = context / "tools" / name
+            shutil.copy(path, staged)
+            staged.chmod(0o755)  # wheels do not keep the executable bit
+        yield context
+
+
+def _write_build_log(stream, log_path: Path, lines: list[str]) -> str | None:
+    """Writes the build's output to `log_path` and appends it to `lines`; returns the error the
+    daemon reported, if any."""
+    error = None
+    with open(log_path, "w") as out:
+        for chunk in stream:
+            text = chunk.get("stream") or chunk.get("status") or ""
+            if "error" in chunk:
+                error = chunk.get("error")
+                text = error + "\n"
+            if text:
+                out.write(text)
+                lines.append(text)
+    return error
+
+
 def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=print,
                  tools: dict[str, Path] | None = None) -> ToolchainImage:
     """The toolchain image of `spec`. `tools` (name in the image -> file on this host) are
@@ -132,33 +163,11 @@ def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=pr
     from docker.errors import DockerException
 
     lines: list[str] = []
-    error = None
     try:
-        with tempfile.TemporaryDirectory(prefix="flashbuild-context-") as context:
-            shutil.copy(dockerfile_path, Path(context) / dockerfile_path.name)
-            (Path(context) / "tools").mkdir()
-            for name, path in (tools or {}).items():
-                staged = Path(context) / "tools" / name
-                shutil.copy(path, staged)
-                staged.chmod(0o755)  # wheels do not keep the executable bit
-            stream = client.api.build(
-                path=context,
-                dockerfile=dockerfile_path.name,
-                buildargs={"BASE": base_tag},
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
-            with open(log_path, "w") as out:
-                for chunk in stream:
-                    text = chunk.get("stream") or chunk.get("status") or ""
-                    if "error" in chunk:
-                        error = chunk.get("error")
-                        text = error + "\n"
-                    if text:
-                        out.write(text)
-                        lines.append(text)
+        with _build_context(dockerfile_path, tools or {}) as context:
+            stream = client.api.build(path=str(context), dockerfile=dockerfile_path.name, buildargs={"BASE": base_tag},
+                                      tag=tag, rm=True, forcerm=True, decode=True)
+            error = _write_build_log(stream, log_path, lines)
     except DockerException as exc:
         error = str(exc)
     if error or not _image_exists(client, tag):
