@@ -25,3 +25,27 @@ def test_commands_do_not_need_the_invoke_script_on_path(repo):
     # PATH (pyenv adds the shim only on a rehash); `python3 -m invoke` always works.
     for command in readme_commands(repo):
         assert "python3 -m invoke " in command and " && invoke " not in command
+
+
+def test_ci_script_runs_the_readme_command_under_sh_and_bash(repo, tmp_path):
+    # CI may call the script as `sh .ci/run` (dash), `bash .ci/run` or directly, from any folder:
+    # each must reach the README's command. A stub python3 records what it was asked to run.
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    stub = bin_dir / "python3"
+    stub.write_text(f'#!/bin/sh\necho "$PWD $*" >> "{log}"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    script = repo / ".ci" / "run"
+    for launcher in (["sh"], ["bash"], []):
+        log.write_text("")
+        result = subprocess.run([*launcher, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, (launcher, result.stderr)
+        assert log.read_text().splitlines() == [
+            f"{repo} -m pip install -r requirements.txt",
+            f"{repo} -m invoke setup test",
+        ], launcher
