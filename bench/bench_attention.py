@@ -26,104 +26,31 @@ import argparse
 import ctypes
 import random
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FP16, BF16, E4M3 = 0, 1, 2
+import fas_ctypes
+from fas_ctypes import Dtype, FwdArgs, PlanRunArgs
+
 # The Qwen2.5-VL-3B-like LLM batch (16 query / 2 KV heads, hdim 128, causal): 7 sequences, 16k tokens.
 QWEN_VARLEN_LENGTHS = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
 
 
-class FwdArgs(ctypes.Structure):
-    """Mirror of fas_fwd_args in src/include/flash_attn_standalone.h (v1, 168 bytes)."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("dtype", ctypes.c_int),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-        ("out", ctypes.c_void_p), ("softmax_lse", ctypes.c_void_p),
-        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-        ("batch_size", ctypes.c_int), ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int),
-        ("num_heads_q", ctypes.c_int), ("num_heads_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("q_row_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64),
-        ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
-        ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int),
-        ("stream", ctypes.c_void_p),
-        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
-        ("total_q", ctypes.c_int),
-    ]
+def fas_dtype(tensor) -> Dtype:
+    """The fas_dtype of a torch tensor's elements (fp16 otherwise)."""
+    return {torch.bfloat16: Dtype.BF16, torch.float8_e4m3fn: Dtype.E4M3}.get(tensor.dtype, Dtype.FP16)
 
 
-class PlanArgs(ctypes.Structure):
-    """Mirror of fas_plan_args."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t), ("dtype", ctypes.c_int),
-        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("batch_size", ctypes.c_int),
-        ("num_heads_q", ctypes.c_int), ("num_heads_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("q_row_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64),
-        ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
-        ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int), ("disable_sm90", ctypes.c_int),
-        ("stream", ctypes.c_void_p), ("out_dtype", ctypes.c_int),
-    ]
-
-
-class PlanRunArgs(ctypes.Structure):
-    """Mirror of fas_plan_run_args."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
-        ("softmax_lse", ctypes.c_void_p), ("stream", ctypes.c_void_p),
-        ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
-    ]
-
-
-class PlanInfo(ctypes.Structure):
-    """Mirror of fas_plan_info."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t), ("family", ctypes.c_int), ("family_name", ctypes.c_char_p),
-        ("kernel_head_dim", ctypes.c_int), ("lse_layout", ctypes.c_int), ("total_q", ctypes.c_int),
-        ("total_k", ctypes.c_int), ("device", ctypes.c_int), ("device_bytes", ctypes.c_size_t),
-        ("sm90_unused_reason", ctypes.c_char_p),
-    ]
-
-
-class Library:
-    def __init__(self, artifact: Path):
-        candidates = sorted((artifact / "lib").glob("libflash_attn_standalone.so.*.*.*"))
-        if not candidates:
-            sys.exit(f"no libflash_attn_standalone.so.X.Y.Z under {artifact}/lib")
-        self.lib = ctypes.CDLL(str(candidates[0]))
-        self.lib.fas_fwd.argtypes = [ctypes.POINTER(FwdArgs)]
-        self.lib.fas_fwd.restype = ctypes.c_int
-        self.lib.fas_get_last_error.restype = ctypes.c_char_p
-        self.lib.fas_fwd_workspace_size.argtypes = [ctypes.POINTER(FwdArgs), ctypes.POINTER(ctypes.c_size_t)]
-        self.lib.fas_query_support.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
-        self.lib.fas_version_string.restype = ctypes.c_char_p
-        if ctypes.sizeof(FwdArgs) != 168:
-            sys.exit(f"FwdArgs mirror is {ctypes.sizeof(FwdArgs)} bytes, the header's struct is 168")
-        self.lib.fas_plan_create.argtypes = [ctypes.POINTER(PlanArgs), ctypes.POINTER(ctypes.c_void_p)]
-        self.lib.fas_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanRunArgs)]
-        self.lib.fas_plan_destroy.argtypes = [ctypes.c_void_p]
-        self.lib.fas_plan_destroy_async.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.lib.fas_plan_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(PlanInfo)]
-
-    def kernel_head_dim(self, dtype: int, head_dim: int, causal: bool) -> int | None:
-        served = ctypes.c_int(0)
-        status = self.lib.fas_query_support(dtype, head_dim, int(causal), ctypes.byref(served))
-        return served.value if status == 0 else None
+class Library(fas_ctypes.Library):
+    """The binding plus the torch-side callables the bench scripts time."""
 
     def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0):
         """A zero-argument callable that enqueues one forward on the current stream."""
-        args = FwdArgs()
-        args.struct_size = ctypes.sizeof(FwdArgs)
-        args.dtype = BF16 if q.dtype == torch.bfloat16 else FP16
+        args = FwdArgs.new()
+        args.dtype = fas_dtype(q)
         args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
         if cu_q is None:
             args.batch_size, args.max_seqlen_q, args.num_heads_q, args.head_dim = q.shape
@@ -137,13 +64,12 @@ class Library:
         args.causal = int(causal)
         args.stream = torch.cuda.current_stream().cuda_stream
         # Preallocated scratch (LSE) so the timed call allocates nothing.
-        size = ctypes.c_size_t(0)
-        self._check(self.lib.fas_fwd_workspace_size(ctypes.byref(args), ctypes.byref(size)))
-        workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
-        args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+        size = self.workspace_size(args)
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size
 
         def run():
-            self._check(self.lib.fas_fwd(ctypes.byref(args)))
+            self.check(self.dll.fas_fwd(ctypes.byref(args)))
 
         run.keepalive = (args, workspace)
         return run
@@ -152,51 +78,24 @@ class Library:
         """(run with the plan reused, run with planning in every call, family name) for a
         varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
         make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output."""
-        offsets = [0]
-        for length in lengths:
-            offsets.append(offsets[-1] + length)
-        host_offsets = (ctypes.c_int32 * len(offsets))(*offsets)
-        plan_args = PlanArgs()
-        plan_args.struct_size = ctypes.sizeof(PlanArgs)
-        out_dtype = BF16 if out.dtype == torch.bfloat16 else FP16
-        plan_args.dtype = E4M3 if q.dtype == torch.float8_e4m3fn else out_dtype
-        plan_args.out_dtype = out_dtype
-        plan_args.cu_seqlens_q = plan_args.cu_seqlens_k = ctypes.cast(host_offsets, ctypes.c_void_p)
-        plan_args.batch_size = len(lengths)
-        _, plan_args.num_heads_q, plan_args.head_dim = q.shape
-        plan_args.num_heads_k = k.shape[1]
-        plan_args.causal = int(causal)
-        plan_args.stream = torch.cuda.current_stream().cuda_stream
-        run_args = PlanRunArgs()
-        run_args.struct_size = ctypes.sizeof(PlanRunArgs)
-        run_args.q, run_args.k, run_args.v, run_args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
-        run_args.stream = plan_args.stream
-
-        def create():
-            handle = ctypes.c_void_p()
-            self._check(self.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle)))
-            return handle
-
-        plan = create()
-        info = PlanInfo()
-        info.struct_size = ctypes.sizeof(PlanInfo)
-        self._check(self.lib.fas_plan_get_info(plan, ctypes.byref(info)))
+        plan_args = fas_ctypes.plan_args(lengths, fas_dtype(q), q.shape[1], k.shape[1], q.shape[2], causal,
+                                         torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out))
+        run_args = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
+                                   stream=plan_args.stream)
+        plan = self.plan_create(plan_args)
+        info = self.plan_info(plan)
 
         def reused():
-            self._check(self.lib.fas_plan_run(plan, ctypes.byref(run_args)))
+            self.check(self.dll.fas_plan_run(plan, ctypes.byref(run_args)))
 
         def replanned():
-            handle = create()
-            self._check(self.lib.fas_plan_run(handle, ctypes.byref(run_args)))
-            self._check(self.lib.fas_plan_destroy_async(handle, run_args.stream))  # no wait
+            handle = self.plan_create(plan_args)
+            self.check(self.dll.fas_plan_run(handle, ctypes.byref(run_args)))
+            self.check(self.dll.fas_plan_destroy_async(handle, run_args.stream))  # no wait
 
-        reused.keepalive = replanned.keepalive = (plan_args, run_args, host_offsets, plan)
+        reused.keepalive = replanned.keepalive = (plan_args, run_args, plan)
         reused.library = self  # the library that serves the plan (Libraries picks among several)
         return reused, replanned, info.family_name.decode()
-
-    def _check(self, status: int) -> None:
-        if status != 0:
-            raise RuntimeError(f"fas status {status}: {self.lib.fas_get_last_error().decode()}")
 
 
 class Libraries:
@@ -310,7 +209,7 @@ def dense_rows(libs, args):
         dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
         for head_dim in args.head_dims:
             for causal in (False, True):
-                fa2_lib = libs.fa2_library(BF16 if dtype_name == "bf16" else FP16, head_dim, causal)
+                fa2_lib = libs.fa2_library(Dtype.BF16 if dtype_name == "bf16" else Dtype.FP16, head_dim, causal)
                 for seqlen in args.seqlens:
                     batch = max(1, args.total_tokens // seqlen)
                     shape = (batch, seqlen, args.heads, head_dim)
@@ -362,7 +261,7 @@ def varlen_row(libs, args):
     fns["cudnn"] = looped(SDPBackend.CUDNN_ATTENTION)
     fns["flash"] = looped(SDPBackend.FLASH_ATTENTION)
     cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
-    fa2_lib = libs.fa2_library(BF16, 128, True)
+    fa2_lib = libs.fa2_library(Dtype.BF16, 128, True)
     if fa2_lib is not None:
         fns["fa2"] = fa2_lib.forward_fn(q, k, v, out, True, cu, cu, max(lengths), max(lengths))
     try:
@@ -388,7 +287,7 @@ def main() -> None:
     libs = Libraries(args.artifact)
     names = ", ".join(a.name for a in args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
-          f"library {libs.libs[0].lib.fas_version_string().decode()} ({names})")
+          f"library {libs.libs[0].version()} ({names})")
     print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings, taken in shuffled rounds over the backends")
     print()
     print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS, plan reused | library TFLOPS, "

@@ -42,26 +42,26 @@ def main() -> None:
         for _ in range(args.count):
             handle = ctypes.c_void_p()
             start = time.perf_counter()
-            status = owner.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle))
+            status = owner.dll.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle))
             created = time.perf_counter()
             if status != 0:
-                raise SystemExit(f"fas_plan_create failed: {owner.lib.fas_get_last_error().decode()}")
+                raise SystemExit(f"fas_plan_create failed: {owner.last_error()}")
             torch.cuda.synchronize()
             start_destroy = time.perf_counter()
-            owner.lib.fas_plan_destroy(handle)
+            owner.dll.fas_plan_destroy(handle)
             creates.append(created - start)
             destroys.append(time.perf_counter() - start_destroy)
         run_args = reused.keepalive[1]
         async_destroys = []
         for _ in range(args.count):
             handle = ctypes.c_void_p()
-            owner.lib.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle))
-            owner.lib.fas_plan_run(handle, ctypes.byref(run_args))
+            owner.dll.fas_plan_create(ctypes.byref(plan_args), ctypes.byref(handle))
+            owner.dll.fas_plan_run(handle, ctypes.byref(run_args))
             start = time.perf_counter()
-            status = owner.lib.fas_plan_destroy_async(handle, run_args.stream)
+            status = owner.dll.fas_plan_destroy_async(handle, run_args.stream)
             async_destroys.append(time.perf_counter() - start)
             if status != 0:
-                raise SystemExit(f"fas_plan_destroy_async failed: {owner.lib.fas_get_last_error().decode()}")
+                raise SystemExit(f"fas_plan_destroy_async failed: {owner.last_error()}")
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(args.count):
