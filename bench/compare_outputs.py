@@ -1,43 +1,144 @@
-"""Output comparison of two builds of the library: runs the same plans on the same inputs with
-each and reports, per configuration, whether the outputs are bit-identical and else the largest
-difference. For changes that must not move a single bit (a producer's load order, a fence, a
-toolchain flag that should not touch the math); a change of arithmetic shows up as a difference
-here and belongs to test_varlen_inference's tolerance checks instead. Runs on a GPU machine
-with PyTorch:
+"""Output comparison of two builds of the library: runs the same calls on the same inputs with
+each and reports, per configuration, whether every output (out, and the LSE where the call
+writes one) is bit-identical, and else the largest difference. For changes that must not move
+a single bit (a producer's load order, a fence, a toolchain flag, a host-code reorganisation);
+a change of arithmetic shows up as a difference here and belongs to test_varlen_inference's
+tolerance checks instead. Runs on a GPU machine with PyTorch:
 
     python3 bench/compare_outputs.py BASELINE_ARTIFACT CANDIDATE_ARTIFACT
 
-Exit status 1 when any configuration served by both differs.
+Paths covered: plans on the family each build picks (SM90 where built: FP8 e4m3 -> bf16, bf16,
+fp16), plans forced onto FA2 (disable_sm90), and the one-call fas_fwd in the batch layout
+(including shapes that take the split-KV kernel) and the varlen layout, each with and without
+an LSE output. A configuration that one of the builds does not serve is skipped (both must
+serve it to be compared). Exit status 1 when any configuration served by both differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import Library  # noqa: E402
+import fas_ctypes  # noqa: E402
+from fas_ctypes import Dtype, FasError, FwdArgs, PlanRunArgs  # noqa: E402
 
 ODD = [1, 4097, 37, 200, 129, 3, 1]
-CONFIGS = [
-    # input dtype ("e4m3" = FP8 with bf16 output), head_dim, causal, heads_q, heads_kv, lengths
-    (dtype, hd, causal, hq, hk, lengths)
-    for dtype in ("e4m3", torch.bfloat16)
-    for hd in (64, 128, 256)
-    for causal in (False, True)
-    for hq, hk, lengths in ((16, 2, ODD), (16, 16, [4096] * 2))
-]
+TORCH_DTYPES = {Dtype.FP16: torch.float16, Dtype.BF16: torch.bfloat16}
 
 
-def run_once(lib: Library, inputs, out, causal, lengths) -> torch.Tensor:
-    out.fill_(float("nan"))
-    reused, _, _ = lib.plan_fns(*inputs, out, causal, lengths)
-    reused()
+def plan_configs():
+    """(name, input dtype, out dtype, head_dim, causal, heads_q, heads_kv, lengths, disable_sm90)"""
+    for dtype, out_dtype, disable in ((Dtype.E4M3, Dtype.BF16, False), (Dtype.BF16, Dtype.BF16, False),
+                                      (Dtype.FP16, Dtype.FP16, False), (Dtype.BF16, Dtype.BF16, True),
+                                      (Dtype.FP16, Dtype.FP16, True)):
+        for hd in (64, 128, 256):
+            for causal in (False, True):
+                for hq, hk, lengths in ((16, 2, ODD), (16, 16, [4096] * 2)):
+                    kind = "e4m3->bf16" if dtype == Dtype.E4M3 else dtype.name.lower()
+                    layout = "varlen" if len(set(lengths)) > 1 else f"{len(lengths)}x{lengths[0]}"
+                    name = (f"plan{' fa2' if disable else ''} {kind} hd{hd} {'causal' if causal else 'full'} "
+                            f"{hq}/{hk} {layout}")
+                    yield name, dtype, out_dtype, hd, causal, hq, hk, lengths, disable
+
+
+def fwd_configs():
+    """(name, dtype, head_dim, causal, heads_q, heads_kv, batch, seqlen_q, seqlen_k or lengths)"""
+    for dtype in (Dtype.BF16, Dtype.FP16):
+        for hd in (64, 128, 256):
+            for causal in (False, True):
+                mask = "causal" if causal else "full"
+                # 2 x (64 queries, 8192 keys) leaves the GPU idle: the split-KV kernel serves it.
+                yield f"fwd {dtype.name.lower()} hd{hd} {mask} batch 2x64/8192", dtype, hd, causal, 16, 2, 2, 64, 8192
+                yield f"fwd {dtype.name.lower()} hd{hd} {mask} batch 2x1024", dtype, hd, causal, 16, 16, 2, 1024, 1024
+                yield f"fwd {dtype.name.lower()} hd{hd} {mask} varlen", dtype, hd, causal, 16, 2, None, None, ODD
+
+
+def random_inputs(total_q, total_k, hq, hk, hd, dtype):
+    q = torch.randn(total_q, hq, hd, dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.randn(total_k, hk, hd, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    if dtype == Dtype.E4M3:
+        return [t.to(torch.float8_e4m3fn) for t in (q, k, v)]
+    return [t.to(TORCH_DTYPES[dtype]) for t in (q, k, v)]
+
+
+def run_plan(lib, config, inputs, with_lse):
+    _, dtype, out_dtype, hd, causal, hq, hk, lengths, disable = config
+    q, k, v = inputs
+    out = torch.full((q.shape[0], hq, hd), float("nan"), dtype=TORCH_DTYPES[out_dtype], device="cuda")
+    lse = torch.full((q.shape[0] * hq,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
+    stream = torch.cuda.current_stream().cuda_stream
+    args = fas_ctypes.plan_args(lengths, dtype, hq, hk, hd, causal, stream, out_dtype=out_dtype)
+    args.disable_sm90 = int(disable)
+    plan = lib.plan_create(args)
+    try:
+        run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream,
+                              softmax_lse=lse.data_ptr() if lse is not None else None)
+        lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
+        torch.cuda.synchronize()
+    finally:
+        lib.check(lib.dll.fas_plan_destroy(plan))
+    return [out] + ([lse] if lse is not None else [])
+
+
+def run_fwd(lib, config, inputs, with_lse):
+    _, dtype, hd, causal, hq, hk, batch, seqlen_q, lengths_or_k = config
+    q, k, v = inputs
+    args = FwdArgs.new(dtype=dtype, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), num_heads_q=hq, num_heads_k=hk,
+                       head_dim=hd, causal=int(causal), stream=torch.cuda.current_stream().cuda_stream)
+    out = torch.full_like(q, float("nan"))
+    args.out = out.data_ptr()
+    if batch is None:  # varlen
+        lengths = lengths_or_k
+        cu = torch.tensor(list(fas_ctypes.offsets(lengths)), dtype=torch.int32, device="cuda")
+        args.cu_seqlens_q = args.cu_seqlens_k = cu.data_ptr()
+        args.batch_size, args.max_seqlen_q, args.max_seqlen_k = len(lengths), max(lengths), max(lengths)
+        lse_rows = sum(lengths)
+        if with_lse:
+            args.total_q = lse_rows
+    else:
+        args.batch_size, args.max_seqlen_q, args.max_seqlen_k = batch, seqlen_q, lengths_or_k
+        lse_rows = batch * seqlen_q
+        cu = None
+    lse = torch.full((lse_rows * hq,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
+    if lse is not None:
+        args.softmax_lse = lse.data_ptr()
+    lib.check(lib.dll.fas_fwd(ctypes.byref(args)))
     torch.cuda.synchronize()
-    return out.clone()
+    del cu
+    return [out] + ([lse] if lse is not None else [])
+
+
+def fwd_shapes(config):
+    _, _, _, _, _, _, batch, seqlen_q, lengths_or_k = config
+    if batch is None:
+        return sum(lengths_or_k), sum(lengths_or_k)
+    return batch * seqlen_q, batch * lengths_or_k
+
+
+def compare(name, libs, runner, config, inputs) -> int:
+    """Runs config on both builds (with and without LSE); prints one line each; returns the count
+    of differing runs."""
+    differing = 0
+    for with_lse in (False, True):
+        label = f"{name}{' +lse' if with_lse else ''}"
+        try:
+            base, cand = (runner(lib, config, inputs, with_lse) for lib in libs)
+        except FasError as error:  # a kernel that one of the builds does not have
+            print(f"{label}: skipped ({error})")
+            continue
+        same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(base, cand))
+        if same:
+            print(f"{label}: identical")
+            continue
+        differing += 1
+        diffs = [(a.float() - b.float()).abs().nan_to_num(float("inf")).max().item() for a, b in zip(base, cand)]
+        print(f"{label}: DIFFERS, max |baseline - candidate| = {', '.join(f'{d:.3g}' for d in diffs)} (out, lse)")
+    return differing
 
 
 def main() -> int:
@@ -45,28 +146,18 @@ def main() -> int:
     parser.add_argument("baseline", type=Path)
     parser.add_argument("candidate", type=Path)
     args = parser.parse_args()
-    libs = [Library(args.baseline), Library(args.candidate)]
+    libs = [fas_ctypes.Library(args.baseline), fas_ctypes.Library(args.candidate)]
     torch.manual_seed(0)
     differing = 0
-    for dtype, hd, causal, hq, hk, lengths in CONFIGS:
-        total = sum(lengths)
-        q = torch.randn(total, hq, hd, dtype=torch.bfloat16, device="cuda")
-        k, v = (torch.randn(total, hk, hd, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        inputs = [t.to(torch.float8_e4m3fn) for t in (q, k, v)] if dtype == "e4m3" else [q, k, v]
-        out = torch.empty_like(q)
-        name = f"{'e4m3->bf16' if dtype == 'e4m3' else 'bf16'} hd{hd} {'causal' if causal else 'full'} {hq}/{hk} " \
-               f"{'varlen' if len(set(lengths)) > 1 else f'{len(lengths)}x{lengths[0]}'}"
-        try:
-            base, cand = (run_once(lib, inputs, out, causal, lengths) for lib in libs)
-        except RuntimeError as error:  # a kernel that one of the builds does not have
-            print(f"{name}: skipped ({error})")
-            continue
-        if torch.equal(base.view(torch.int16), cand.view(torch.int16)):
-            print(f"{name}: identical")
-            continue
-        differing += 1
-        diff = (base.float() - cand.float()).abs().nan_to_num(float("inf")).max().item()
-        print(f"{name}: DIFFERS, max |baseline - candidate| = {diff:.3g}")
+    for config in plan_configs():
+        _, dtype, _, hd, _, hq, hk, lengths, _ = config
+        inputs = random_inputs(sum(lengths), sum(lengths), hq, hk, hd, dtype)
+        differing += compare(config[0], libs, run_plan, config, inputs)
+    for config in fwd_configs():
+        _, dtype, hd, _, hq, hk, *_ = config
+        total_q, total_k = fwd_shapes(config)
+        inputs = random_inputs(total_q, total_k, hq, hk, hd, dtype)
+        differing += compare(config[0], libs, run_fwd, config, inputs)
     print(f"{differing} configuration(s) differ")
     return 1 if differing else 0
 
