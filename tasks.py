@@ -1,9 +1,11 @@
-"""Tasks: definitions and arguments only; the work is in the flashbuild package."""
+"""Tasks: definitions and arguments only; each calls one command of flashbuild.commands."""
 
 import functools
 from pathlib import Path
 
 from invoke import Exit, task
+
+from flashbuild.memory import RESERVE_GB
 
 REPO = Path(__file__).resolve().parent
 
@@ -41,81 +43,74 @@ def _local_files(values):
 @reports_errors
 def setup(c):
     """Install and start what the pipeline needs on this host (Docker engine, mmdebstrap)."""
-    from flashbuild.host import setup as setup_host
+    from flashbuild import commands
 
-    setup_host()
+    commands.setup()
 
 
 @task(iterable=["local"], help={"offline": "use only the download cache", "local": "NAME=PATH of a local archive"})
 @reports_errors
 def fetch(c, offline=False, local=None):
     """Fetch the pinned upstream sources into third_party/."""
-    from flashbuild.build import Paths, fetch_sources
+    from flashbuild import commands
 
-    for name, fetched in fetch_sources(Paths(REPO), _local_files(local), offline).items():
-        print(f"{name} {fetched.pin.version}: {fetched.root}")
+    commands.fetch(REPO, _local_files(local), offline)
 
 
 @task
 @reports_errors
 def image(c):
     """Build (or reuse) the toolchain images matrix.yaml names (fetching the tools they pin)."""
-    from flashbuild.build import Paths, ensure_toolchain
-    from flashbuild.container import docker_client
-    from flashbuild.options import load_config
+    from flashbuild import commands
 
-    client = docker_client()
-    for spec in load_config(REPO / "matrix.yaml").images.values():
-        built = ensure_toolchain(client, spec, Paths(REPO))
-        print(f"{spec.name}: {built.tag} ({'built' if built.built else 'up to date'})")
+    commands.image(REPO)
 
 
 @task
 @reports_errors
 def generate(c):
     """Write kernels/: one .cu per template instantiation any matrix builds."""
-    from flashbuild.generate import write_kernels
-    from flashbuild.options import load_config
+    from flashbuild import commands
 
-    config = load_config(REPO / "matrix.yaml")
-    written, removed = write_kernels(config.matrices.values(), REPO / "kernels")
-    print(f"kernels/: {len(written)} written, {len(removed)} removed")
+    commands.generate(REPO)
 
 
 @task(
     iterable=["local"],
     help={
-        "matrix": "which matrix of matrix.yaml to build (smoke, minimal, full)",
+        "matrix": "which matrix of matrix.yaml to build (smoke, minimal, full, hopper-check)",
         "dry_run": "print the plan and build nothing",
         "jobs": "at most this many TUs at once (default: CPU count, within the memory budget)",
-        "reserve_gb": "memory kept free for the rest of the machine",
+        "reserve_gb": f"memory kept free for the rest of the machine (default {RESERVE_GB})",
         "offline": "use only the download cache for sources",
         "local": "NAME=PATH of a local source archive",
     },
 )
 @reports_errors
-def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=2.0, offline=False, local=None):
+def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None):
     """Build, verify and export the library for every entry of a matrix."""
-    from flashbuild.build import build as run_build
+    from flashbuild import commands
 
-    run_build(REPO, matrix, dry_run=dry_run, jobs=int(jobs) if jobs else None, reserve_gb=float(reserve_gb),
-              offline=offline, local=_local_files(local))
+    commands.build(REPO, matrix, dry_run=dry_run, jobs=int(jobs) if jobs else None,
+                   reserve_gb=float(reserve_gb) if reserve_gb is not None else RESERVE_GB,
+                   offline=offline, local=_local_files(local))
 
 
 @task(help={"path": "artifact folder artifacts/<version>/<entry>/ or the .so inside it"})
 @reports_errors
 def verify(c, path):
     """Check a built library: instantiations, exports, archs, SONAME, NEEDED."""
-    from flashbuild.build import verify_path
-    from flashbuild.verify import raise_if_failed
+    from flashbuild import commands
 
-    report = verify_path(REPO, Path(path))
-    raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")
-    print(report.render())
+    commands.verify(REPO, Path(path))
 
 
-@task(help={"k": "only tests matching this pytest -k expression"})
-def test(c, k=None):
+@task(help={"fast": "leave out the tests that build in a container (marker `container`)",
+            "k": "only tests matching this pytest -k expression"})
+def test(c, fast=False, k=None):
     """Run the test suite (the end-to-end test builds the smoke matrix in the container)."""
-    selection = f" -k {k!r}" if k else ""
-    c.run(f"python3 -m pytest -q tests{selection}", pty=False)
+    from flashbuild import commands
+
+    code = commands.test(REPO, fast=fast, k=k)
+    if code:
+        raise Exit(code=code)

@@ -47,9 +47,7 @@ HEADER_ROOTS = {
 # Alternatives within shared memory (Q + stages * (K + V [+ V^T for FP8]) <= 227 KiB); FP8's
 # PV GEMM needs kv rows divisible by 32 (and 224 does not compile). Keys (fp8, head_dim, causal) not named keep the
 # library's own shapes (src/sm90/tiles.h, read by compiling it: library_tiles()).
-# (H100 runs, nvcc 13.0: hdim 64 192x160 ran at 0.5-0.7x of 192x128; 128x128x3 was no faster
-# than the defaults anywhere; FP8 128x256 was 10-15% slower than 128x192; FP8 160 and 224 do
-# not compile, nor does FP8 hdim 256 with 96; FP8 hdim 256 128x64 was 15-25% slower than 128x128.)
+# Measured alternatives and why they lost: docs/design/sm90-tiles.md.
 TABLES = {
     "default": {},
     "v1": {(False, 64, True): (128, 192, 2),
@@ -59,10 +57,9 @@ TABLES = {
            (False, 64, True): (128, 128, 2),
            (False, 128, False): (128, 160, 2),
            (False, 256, True): (128, 80, 2)},
-    # FlashInfer's hdim 128 full shape, the library's until run F chose 128x128.
+    # FlashInfer's hdim 128 full shape, kept for comparison (docs/design/sm90-tiles.md, run F).
     "v3": {(False, 128, False): (128, 192, 2)},
-    # FP8 hdim 128 with three consumer warpgroups (160 registers each instead of 240; 192x96
-    # does not compile): 20-33% slower than 128x192 on the H100.
+    # FP8 hdim 128 with three consumer warpgroups (192x96 does not compile); docs/design/sm90-tiles.md.
     "v4": {(True, 128, False): (192, 128, 2), (True, 128, True): (192, 128, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
@@ -115,11 +112,17 @@ def override_header(table: dict) -> str:
     return "\n".join(lines)
 
 
+REGISTRY_MACROS = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL")
+
+
 def registry(kernels) -> str:
-    rows = []
+    """kernel_registry.inc in the pipeline's self-contained form: every family macro defaults to
+    empty (each includer defines its own) and is undefined at the end. Only SM90 kernels here."""
+    rows = [f"#ifndef {m}\n#define {m}(a, b, c, d)\n#endif" for m in REGISTRY_MACROS]
     for fp8, hd, causal in kernels:
         in_dtype = "FAS_DTYPE_E4M3" if fp8 else "FAS_DTYPE_BF16"
         rows.append(f"FAS_SM90_PREFILL({in_dtype}, FAS_DTYPE_BF16, {hd}, {str(causal).lower()})")
+    rows += [f"#undef {m}" for m in REGISTRY_MACROS]
     return "\n".join(rows) + "\n"
 
 
@@ -174,17 +177,26 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
             jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
                                             str(kernel_file(*key))])
             mine.append(obj)
-        plan_obj = objects / f"sm90_plan_{variant}.o"
+        # The schedule reads the tile table: one object per variant.
+        plan_obj = objects / f"sm90_schedule_{variant}.o"
         jobs_by_object[plan_obj] = [*nvcc, "-c", *FLAGS, *own, override, "-o", str(plan_obj),
-                                    str(REPO / "src/sm90_plan.cu")]
+                                    str(REPO / "src/sm90/schedule.cu")]
         mine.append(plan_obj)
         variant_objects[variant] = mine
-    # Named by the kernel set: its registry is compiled in, so another --head-dims needs another one.
-    api_obj = objects / f"flash_api_{hashlib.sha256(registry(kernels).encode()).hexdigest()[:12]}.o"
-    jobs_by_object[api_obj] = [*nvcc, "-c", *FLAGS, *own, f"-I{REPO}/src/standins", f"-I{root}/fa2",
-                               "-isystem", f"{root}/fi/cutlass/include", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
-                               "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0", "-o", str(api_obj),
-                               str(REPO / "src/flash_api.cu")]
+    # The rest of the host code (src/api, src/fa2, the SM90 registry and plan), named by the
+    # kernel set: its registry is compiled in, so another --head-dims needs other objects.
+    kernel_set = hashlib.sha256(registry(kernels).encode()).hexdigest()[:12]
+    api_flags = [*FLAGS, *own, f"-I{REPO}/src/standins", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
+                 "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0"]
+    fa2_flags = [f"-I{root}/fa2", "-isystem", f"{root}/fi/cutlass/include"]  # FA2 headers, for src/fa2 only
+    host_sources = [*sorted((REPO / "src/api").glob("*.cpp")), REPO / "src/sm90/registry.cpp",
+                    REPO / "src/sm90/plan.cu", *sorted((REPO / "src/fa2").glob("*.c*"))]
+    api_objs = []
+    for source in host_sources:
+        obj = objects / f"{source.parent.name}_{source.stem}_{kernel_set}.o"
+        extra = fa2_flags if source.parent.name == "fa2" else []
+        jobs_by_object[obj] = [*nvcc, "-c", *api_flags, *extra, "-o", str(obj), str(source)]
+        api_objs.append(obj)
     pending = {obj: argv for obj, argv in jobs_by_object.items() if not obj.exists()}
     print(f"compiling {len(pending)} objects with {jobs} jobs", flush=True)
     failed = set()
@@ -199,19 +211,19 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
                 print(f"  FAILED {futures[future].name}: {str(error)[-400:]}", flush=True)
 
     for variant, mine in variant_objects.items():
-        if failed & set(mine) or api_obj in failed:
+        if failed & (set(mine) | set(api_objs)):
             print(f"skipped {variant}: an object failed to compile", flush=True)
             continue
         lib_dir = out / variant / "lib"
         lib_dir.mkdir(parents=True, exist_ok=True)
         library = lib_dir / "libflash_attn_standalone.so.0.0.0"
         run([*nvcc, "-shared", "-gencode=arch=compute_90a,code=sm_90a", "--cudart=static",
-             f"-Xlinker=--version-script={REPO}/src/exports.map", "-o", str(library), *map(str, mine), str(api_obj)])
+             f"-Xlinker=--version-script={REPO}/src/exports.map", "-o", str(library), *map(str, mine), *map(str, api_objs)])
         bin_dir = out / variant / "bin"
         bin_dir.mkdir(exist_ok=True)
-        run([*nvcc, "-O2", "-std=c++17", f"-I{REPO}/src/include", "-Xcompiler=-pthread",
+        run([*nvcc, "-O2", "-std=c++17", f"-I{REPO}/src/include", f"-I{REPO}/tests/gpu", "-Xcompiler=-pthread",
              f"-Xlinker=-rpath,{lib_dir}", "-o", str(bin_dir / "test_varlen_inference"),
-             str(REPO / "src/test_varlen_inference.cpp"), f"-L{lib_dir}", f"-l:{library.name}"])
+             *map(str, sorted((REPO / "tests/gpu").glob("*.cpp"))), f"-L{lib_dir}", f"-l:{library.name}"])
         print(f"linked {variant}", flush=True)
 
 

@@ -40,13 +40,11 @@ def docker_client():
 
 
 class ToolchainContainer:
-    def __init__(self, client, image: str, repo_root: Path, name_hint: str, mem_limit_bytes: int | None = None,
-                 extra_mounts: list[Path] | None = None):
+    def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None):
         self.client = client
         self.image = image
         self.repo_root = repo_root.resolve()
         self.name = f"flashbuild-{name_hint}-{uuid.uuid4().hex[:8]}"
-        self.mem_limit_bytes = mem_limit_bytes
         self.extra_mounts = [p.resolve() for p in extra_mounts or [] if not p.resolve().is_relative_to(self.repo_root)]
         self._container = None
 
@@ -66,8 +64,6 @@ class ToolchainContainer:
             environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
             user=f"{os.getuid()}:{os.getgid()}",
         )
-        if self.mem_limit_bytes:
-            kwargs["mem_limit"] = self.mem_limit_bytes
         try:
             self._container = self.client.containers.run(**kwargs)
         except DockerException as exc:
@@ -95,7 +91,7 @@ class ToolchainContainer:
         return ExecResult(code, output.decode("utf-8", "replace"))
 
     def run_tool(self, argv: list[str]) -> tuple[int, str]:
-        """The (exit code, output) form verify.py takes its tools in."""
+        """The (exit code, output) form checks.py takes its tools in."""
         result = self.exec(argv)
         return result.exit_code, result.output
 

@@ -17,13 +17,9 @@ from pathlib import Path
 
 from .errors import ExportError
 from .hashing import sha256_of
+from .library import PRODUCT, LibraryName
 
-PRODUCT = "flash_attn_standalone"
 MANIFEST_SCHEMA = 1
-
-
-def version_string(version: tuple[int, int, int]) -> str:
-    return ".".join(map(str, version))
 
 
 def tarball_name(version: str, entry: str) -> str:
@@ -34,11 +30,7 @@ def _populate(staging: Path, library: Path, header: Path, test_binary: Path) -> 
     lib = staging / "lib"
     lib.mkdir(parents=True)
     shutil.copy2(library, lib / library.name)
-    # SONAME and development symlinks, relative so the folder can be moved anywhere.
-    real = library.name
-    soname = real.rsplit(".", 2)[0]  # libX.so.MAJOR from libX.so.MAJOR.MINOR.PATCH
-    (lib / soname).symlink_to(real)
-    (lib / soname.rsplit(".", 1)[0]).symlink_to(soname)
+    LibraryName.of_file(library.name).make_links(lib)
     (staging / "include").mkdir()
     shutil.copy2(header, staging / "include" / header.name)
     (staging / "bin").mkdir()
@@ -53,9 +45,11 @@ def _file_hashes(root: Path) -> dict[str, str]:
     }
 
 
-def export_artifact(artifacts_root: Path, version: str, entry: str, library: Path, header: Path,
+def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Path,
                     test_binary: Path, manifest: dict) -> tuple[Path, Path]:
-    """Write artifacts/<version>/<entry>/ and its tarball atomically. Returns both paths."""
+    """Write artifacts/<version>/<entry>/ and its tarball atomically (the version is the
+    library's, from its real name). Returns both paths."""
+    version = LibraryName.of_file(library.name).version_string
     version_dir = artifacts_root / version
     final_dir = version_dir / entry
     tarball = version_dir / tarball_name(version, entry)

@@ -1,8 +1,10 @@
 """matrix.yaml parsed once into typed, validated objects; every later stage takes these.
 
 Validation order: YAML syntax (duplicate keys rejected), then the JSON Schema, then the
-rules a schema cannot express (duplicate entry names, image references). Every failure
-is one ConfigError naming the path in the file and how to fix it.
+rules a schema cannot express (duplicate entry names, image references, and what the
+kernel family records of families.py allow: family names, head dims, dtypes, a memory
+estimate for every family an entry builds). Every failure is one ConfigError naming the
+path in the file and how to fix it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import jsonschema
 import yaml
 
 from .errors import ConfigError
+from .families import FAMILIES
+from .memory import HOST
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
-DTYPES = ("fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,32 @@ def _load_yaml(path: Path):
         raise ConfigError(f"{path.name}: {where}invalid YAML ({problem})", fix="correct the YAML syntax") from None
 
 
+def _check_families(raw: dict, where: str) -> None:
+    """An entry's kernel sets against the family records, and its memory estimates."""
+    for index, kernel_set in enumerate(raw["kernels"]):
+        at = f"{where}.kernels[{index}]"
+        name = kernel_set["family"]
+        if name not in FAMILIES:
+            raise ConfigError(f"{at}.family: {name!r} is not allowed",
+                              fix=f"use one of: {', '.join(repr(f) for f in FAMILIES)} (flashbuild/families.py)")
+        family = FAMILIES[name]
+        for key, allowed in (("head_dims", family.head_dims), ("dtypes", family.dtypes)):
+            for position, value in enumerate(kernel_set[key]):
+                if value not in allowed:
+                    raise ConfigError(f"{at}.{key}[{position}]: {value!r} is not allowed",
+                                      fix=f"{name} exists for {key} {', '.join(map(str, allowed))}")
+    estimates = raw["memory_estimates_gb"]
+    unknown = sorted(set(estimates) - set(FAMILIES) - {HOST})
+    if unknown:
+        raise ConfigError(f"{where}.memory_estimates_gb: unknown key {', '.join(map(repr, unknown))}",
+                          fix=f"use '{HOST}' or a family name: {', '.join(FAMILIES)}")
+    missing = sorted({k["family"] for k in raw["kernels"]} - set(estimates))
+    if missing:
+        raise ConfigError(f"{where}.memory_estimates_gb: no estimate for {', '.join(missing)}",
+                          fix="add the peak GiB one nvcc process of that family needs "
+                              "(build/tu-stats.json holds the peaks earlier builds measured)")
+
+
 def load_config(path: Path | str) -> Config:
     path = Path(path)
     document = _load_yaml(path)
@@ -198,6 +227,7 @@ def load_config(path: Path | str) -> Config:
                     f"{where}.cuda: entry asks for CUDA {raw['cuda']} but image '{image.name}' has CUDA {image.cuda}",
                     fix="make the entry's 'cuda' match its image",
                 )
+            _check_families(raw, where)
             kernel_sets = tuple(
                 KernelSet(
                     family=k["family"],

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
+from .memory import GIB
+
 Payload = TypeVar("Payload")
-GIB = 1024**3
 
 
 @dataclass(frozen=True)

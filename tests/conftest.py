@@ -1,12 +1,58 @@
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+class FakeContainer:
+    """Stands in for the toolchain container: records each command and, as nvcc would,
+    writes the file after -o (and GNU time's figures after its own -o)."""
+
+    def __init__(self):
+        self.commands: list[list[str]] = []
+
+    def exec(self, argv, log_path=None):
+        from flashbuild.container import ExecResult
+
+        self.commands.append(list(argv))
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text("")
+        if argv[0] == "/usr/bin/time":
+            Path(argv[argv.index("-o") + 1]).write_text("12.5 2048000\n")
+            argv = argv[argv.index("nvcc"):]
+        if "-o" in argv:
+            output = Path(argv[argv.index("-o") + 1])
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_bytes(b"\x7fELF stand-in")
+        return ExecResult(0, "")
 
 
 @pytest.fixture
-def repo() -> Path:
-    return REPO
+def fake_build(tmp_path):
+    """What EntryCompiler needs besides a plan, without Docker or fetched sources: a fake
+    image, the lock's pins rooted at folders that need not exist, and a FakeContainer."""
+    from types import SimpleNamespace
+
+    from flashbuild import sources
+
+    pins = sources.load_lock(REPO / "sources.lock.yaml")
+    fetched = {name: sources.FetchedSource(pin, tmp_path / "third_party" / pin.extract_dir_name)
+               for name, pin in pins.items()}
+    return SimpleNamespace(image=SimpleNamespace(image_id="sha256:" + "0" * 64), sources=fetched,
+                           container=FakeContainer(), third_party=tmp_path / "third_party")
+
+
+def write_tree(root: Path, files: dict) -> Path:
+    """Create files (relative path -> text) under root."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

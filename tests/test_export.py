@@ -26,7 +26,7 @@ def inputs(tmp_path):
 
 def test_complete_artifact(tmp_path, inputs):
     artifacts = tmp_path / "artifacts"
-    folder, tarball = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"matrix": "smoke"})
+    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"matrix": "smoke"})
     assert folder == artifacts / "0.1.0" / "e1"
     assert os.readlink(folder / "lib" / "libflash_attn_standalone.so.0") == "libflash_attn_standalone.so.0.1.0"
     assert os.readlink(folder / "lib" / "libflash_attn_standalone.so") == "libflash_attn_standalone.so.0"
@@ -55,27 +55,27 @@ def test_failure_midway_leaves_nothing_complete_looking(tmp_path, inputs, monkey
 
     monkeypatch.setattr(export.tarfile, "open", broken_open)
     with pytest.raises(ExportError, match="No space left"):
-        export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {})
+        export.export_artifact(artifacts, "e1", *inputs, {})
     assert list((artifacts / "0.1.0").iterdir()) == []
 
 
 def test_failed_reexport_keeps_the_previous_artifact(tmp_path, inputs, monkeypatch):
     artifacts = tmp_path / "artifacts"
-    folder, _ = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 1})
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 1})
     monkeypatch.setattr(export.tarfile, "open", lambda *a, **k: (_ for _ in ()).throw(OSError(5, "I/O error")))
     with pytest.raises(ExportError):
-        export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 2})
+        export.export_artifact(artifacts, "e1", *inputs, {"build": 2})
     assert json.loads((folder / "manifest.json").read_text())["build"] == 1
 
 
 def test_reexport_replaces_and_stale_staging_is_cleaned(tmp_path, inputs):
     artifacts = tmp_path / "artifacts"
-    export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 1})
+    export.export_artifact(artifacts, "e1", *inputs, {"build": 1})
     leftover = artifacts / "0.1.0" / ".staging-e1-interrupted"
     leftover.mkdir()
     export.clean_stale_staging(artifacts)
     assert not leftover.exists()
-    folder, _ = export.export_artifact(artifacts, "0.1.0", "e1", *inputs, {"build": 2})
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 2})
     assert json.loads((folder / "manifest.json").read_text())["build"] == 2
     assert sorted(p.name for p in (artifacts / "0.1.0").iterdir()) == [
         "e1", "flash_attn_standalone-0.1.0-e1.tar.gz", "flash_attn_standalone-0.1.0-e1.tar.gz.sha256"]

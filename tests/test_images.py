@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from flashbuild.build import Paths, ensure_toolchain
+from flashbuild.pipeline import Paths, ensure_toolchain
 from flashbuild.errors import ConfigError
 from flashbuild.images import image_tag
 from flashbuild.options import load_config

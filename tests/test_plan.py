@@ -1,12 +1,17 @@
 import subprocess
 import sys
 
+import pytest
+
+from flashbuild.errors import CompileError
+from flashbuild.memory import estimate
 from flashbuild.options import load_config
-from flashbuild.plan import make_plan
+from flashbuild.plan import host_tus, make_plan
 
 
 def names(repo, matrix):
-    return [tu.name for e in make_plan(load_config(repo / "matrix.yaml").matrix(matrix)).entries for tu in e.kernels]
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix(matrix), repo)
+    return [tu.name for e in plan.entries for tu in e.kernels]
 
 
 def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_both_families(repo):
@@ -36,7 +41,7 @@ def test_smoke_is_one_tu(repo):
 
 def test_symbols_are_the_demangled_instantiations(repo):
     config = load_config(repo / "matrix.yaml")
-    symbols = {tu.name: tu.symbol for tu in make_plan(config.matrix("full")).entries[0].kernels}
+    symbols = {tu.name: tu.symbol for tu in make_plan(config.matrix("full"), repo).entries[0].kernels}
     assert symbols["fa2_fwd_hdim128_bf16_causal_sm90"] == "flash::run_mha_fwd_<cutlass::bfloat16_t, 128, true>"
     assert symbols["fa2_fwd_split_hdim64_fp16_sm90"] == \
         "flash::run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>"
@@ -45,13 +50,45 @@ def test_symbols_are_the_demangled_instantiations(repo):
 
 
 def test_estimates_prefer_recorded_peaks(repo):
-    plan = make_plan(load_config(repo / "matrix.yaml").matrix("smoke"))
-    entry = plan.entries[0]
-    tu = entry.kernels[0]
-    default, origin = entry.estimate_bytes(tu, {})
+    entry = load_config(repo / "matrix.yaml").matrix("smoke").entries[0]
+    default, origin = estimate(entry, "fa2_fwd_hdim64_fp16_sm90", "fa2_fwd", {})
     assert origin == "matrix default" and default == int(5.0 * 1024**3)
-    recorded, origin = entry.estimate_bytes(tu, {f"{tu.name}@sm_90a": 3_000_000_000})
+    recorded, origin = estimate(entry, "fa2_fwd_hdim64_fp16_sm90", "fa2_fwd",
+                                {"fa2_fwd_hdim64_fp16_sm90@sm_90a": 3_000_000_000})
     assert (recorded, origin) == (3_000_000_000, "recorded")
+
+
+def write(root, name, text=""):
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_host_tus_are_every_source_of_the_code_folders_named_by_path(tmp_path):
+    for name in ("src/api/plan.cpp", "src/api/status.cpp", "src/api/status.h", "src/fa2/launch.cu",
+                 "src/fa2/plan.cpp", "src/sm90/plan.cu", "src/sm90/launch.cuh", "src/sm90/tiles.h",
+                 "src/glibc_compat.c", "src/other/ignored.cpp"):
+        write(tmp_path, name)
+    hosts = {tu.name: tu for tu in host_tus(tmp_path)}
+    assert list(hosts) == ["api_plan", "api_status", "fa2_launch", "fa2_plan", "sm90_plan", "glibc_compat"]
+    assert str(hosts["fa2_plan"].source) == "src/fa2/plan.cpp"
+    assert {n for n, tu in hosts.items() if tu.upstream} == {"fa2_launch", "fa2_plan"}
+    assert hosts["fa2_launch"].upstream.pin == "flash-attn"
+    assert hosts["glibc_compat"].plain_c and not hosts["api_plan"].plain_c
+
+
+def test_two_sources_with_one_stem_are_refused(tmp_path):
+    write(tmp_path, "src/sm90/plan.cu")
+    write(tmp_path, "src/sm90/plan.cpp")
+    with pytest.raises(CompileError, match="sm90_plan"):
+        host_tus(tmp_path)
+
+
+def test_a_plan_fetches_only_the_upstreams_its_tus_include(repo):
+    config = load_config(repo / "matrix.yaml")
+    smoke = make_plan(config.matrix("smoke"), repo).sources_needed
+    assert smoke == {"flash-attn", "nvidia-cuda-nvcc-cu12"}
+    assert make_plan(config.matrix("minimal"), repo).sources_needed == smoke | {"flashinfer-python"}
 
 
 def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):

@@ -39,7 +39,7 @@ BAD = {
     "wrong type for archs": (lambda d: entry(d).update(archs="sm_90a"),
                              "matrices.minimal.entries[0].archs: 'sm_90a' is not of type array"),
     "wrong type for head dim": (lambda d: entry(d)["kernels"][0].update(head_dims=["128"]),
-                                "matrices.minimal.entries[0].kernels[0].head_dims[0]: '128' is not allowed"),
+                                "matrices.minimal.entries[0].kernels[0].head_dims[0]: '128' is not of type integer"),
     "unsupported arch": (lambda d: entry(d).update(archs=["sm_90a", "sm_70"]),
                          "matrices.minimal.entries[0].archs[1]: 'sm_70' is not allowed"),
     "no hopper arch": (lambda d: entry(d).update(archs=["sm_80"]),
@@ -55,6 +55,10 @@ BAD = {
                                              "duplicate entry name 'minimal-cuda12.4-sm90a'"),
     "negative memory estimate": (lambda d: entry(d)["memory_estimates_gb"].update(fa2_fwd=-1),
                                  "memory_estimates_gb.fa2_fwd"),
+    "memory estimate of no family": (lambda d: entry(d)["memory_estimates_gb"].update(fa3_fwd=2.0),
+                                     "memory_estimates_gb: unknown key 'fa3_fwd'"),  # a shared anchor
+    "unknown family": (lambda d: entry(d)["kernels"][0].update(family="fa3_fwd"),
+                       "matrices.minimal.entries[0].kernels[0].family: 'fa3_fwd' is not allowed"),
     "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 96]),
                                        "matrices.minimal.entries[0].kernels[1].head_dims[1]: 96 is not allowed"),
 }

@@ -52,6 +52,16 @@
  *                  args->total_q, the number of rows of q (cu_seqlens_q[batch_size] when the
  *                  offsets start at 0), which must be set whenever softmax_lse is not NULL.
  *
+ * ALIASING
+ *   out must share no byte with q, k or v: the kernels read the inputs while they write out.
+ *   Every call checks the byte ranges the tensors' rows span from their base pointers (rows x
+ *   row stride) and returns FAS_ERROR_INVALID_ARGUMENT on overlap; rows that interleave within
+ *   one row stride without sharing bytes (q and out as the two halves of each row of one buffer)
+ *   are accepted, and q, k and v may overlap each other (a packed QKV buffer). The rows checked
+ *   are the ones the library knows on the host: batch_size * max_seqlen in the batch layout,
+ *   cu_seqlens_*[batch_size] for plans, and for fas_fwd's varlen layout total_q (when set, else
+ *   max_seqlen_q) rows of q and out and max_seqlen_k rows of k and v.
+ *
  * ALIGNMENT
  *   q, k, v, out and workspace must be 16-byte aligned and all row strides multiples of 8
  *   elements (kernels use 16-byte vector accesses); softmax_lse, cu_seqlens_q and cu_seqlens_k
@@ -148,7 +158,7 @@
  *   e4m3 value * descale of its head; NULL = 1; for a per-tensor scale fill every head with it).
  *   The kernel also rounds the softmax probabilities to e4m3 (scaled by 448) before the P*V
  *   product, so expect errors of a few percent of the output's magnitude against an exact
- *   reference on the same e4m3 inputs (test_varlen_inference documents its bound). There is no
+ *   reference on the same e4m3 inputs (tests/gpu/reference.h states the bound). There is no
  *   FA2 fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or
  *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan.
  *
@@ -213,7 +223,8 @@ typedef struct fas_fwd_args {
     const void* q;      /* device pointers, 16-byte aligned, layouts above */
     const void* k;
     const void* v;
-    void* out;          /* same layout and row-stride rules as q; must not alias q, k or v */
+    void* out;          /* same layout and row-stride rules as q; shares no byte with q, k or v
+                         * (see ALIASING) */
     float* softmax_lse; /* optional device output (may be NULL), layout above */
 
     /* Device pointers to batch_size+1 int32 offsets each. Both NULL = batch (padded) layout,
@@ -245,9 +256,12 @@ typedef struct fas_fwd_args {
     size_t workspace_bytes;
 
     /* Varlen layout: number of rows of q (and out), >= cu_seqlens_q[batch_size]; it is the head
-     * stride of the LSE. Required (> 0) when softmax_lse is set in the varlen layout, ignored
-     * otherwise (0 = unknown). The library cannot derive it on the host without reading
-     * cu_seqlens_q back from the device, which would block. */
+     * stride of the LSE. Required (> 0) when softmax_lse is set in the varlen layout; otherwise
+     * optional (0 = unknown), used only by the aliasing check (see ALIASING). The library cannot
+     * derive it on the host without reading cu_seqlens_q back from the device, which would
+     * block. Without softmax_lse the kernel's LSE goes to scratch in the padded
+     * [batch_size, num_heads_q, max_seqlen_q] layout, whose size does not depend on where the
+     * offsets start. */
     int total_q;
 } fas_fwd_args;
 
@@ -330,7 +344,7 @@ typedef struct fas_plan_run_args {
     const void* q;      /* device pointers, 16-byte aligned, in the plan's layout */
     const void* k;
     const void* v;
-    void* out;          /* must not alias q, k or v */
+    void* out;          /* shares no byte with q, k or v (see ALIASING) */
     float* softmax_lse; /* optional (NULL = not computed), num_heads_q * total_q floats, 4-byte
                          * aligned; layout fas_plan_info.lse_layout */
     cudaStream_t stream; /* stream of the plan's device; 0 = legacy default stream */

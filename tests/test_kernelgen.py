@@ -1,6 +1,6 @@
 import shutil
 
-from flashbuild.generate import registry_text, stale_files, write_kernels
+from flashbuild.kernelgen import registry_text, stale_files, write_kernels
 from flashbuild.options import load_config
 from flashbuild.plan import make_plan
 
@@ -42,9 +42,35 @@ def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
 
 
 def test_registry_lists_exactly_the_entry_kernels(repo):
-    plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"))
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"), repo)
     lines = [l for l in registry_text(plan.entries[0].kernels).splitlines() if l.startswith("FAS_")]
     assert len(lines) == len(plan.entries[0].kernels) == 72
     assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines
+
+
+def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
+    """Each C includer defines only its own family's macro; the others must expand to nothing,
+    and none may leak past the include (src/fa2/launch.cu includes it twice)."""
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix("smoke"), repo)
+    lines = registry_text(plan.entries[0].kernels).splitlines()
+    macros = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL")
+    entry = lines.index("FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false)")
+    for macro in macros:
+        guard = lines.index(f"#ifndef {macro}")
+        assert lines[guard + 1].startswith(f"#define {macro}(") and lines[guard + 2] == "#endif"
+        assert guard < entry < lines.index(f"#undef {macro}")
+    assert "#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)" in lines
+    assert sum(line.startswith("#define ") for line in lines) == len(macros), "a shared macro is defaulted once"
+
+
+def test_dtype_values_are_the_headers_fas_dtype_enum(repo):
+    """SM90 template arguments and registry lines use these; the header is the truth."""
+    import re
+
+    from flashbuild.families import DTYPES
+
+    header = (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
+    enum = {name: int(value) for name, value in re.findall(r"\b(FAS_DTYPE_\w+)\s*=\s*(\d+)", header)}
+    assert {d.api: d.value for d in DTYPES.values()} == enum

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from flashbuild import verify
+from flashbuild import checks
 from flashbuild.errors import VerifyError
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ and binutils")
@@ -55,10 +55,10 @@ def build_library(tmp_path, instantiations=(("half_t", 64, "false"), ("bfloat16_
 
 def check(library, exports=API, max_glibc=(99, 0)):
     # The glibc limit is the build container's policy; this host's g++ is another glibc.
-    report = verify.Report(library.name)
-    expect = verify.Expectation(symbols=WANT, exports=exports, soname="libflash_attn_standalone.so.0", archs=(),
+    report = checks.Report(library.name)
+    expect = checks.Expectation(symbols=WANT, exports=exports, soname="libflash_attn_standalone.so.0", archs=(),
                                 max_glibc=max_glibc)
-    verify.verify_library(host_run, library, expect, report)
+    checks.verify_library(host_run, library, expect, report)
     return report
 
 
@@ -76,7 +76,7 @@ def test_missing_instantiation_is_named(tmp_path):
     assert failed(report) == ["nm: all 2 planned instantiations are in the library"]
     assert "flash::run_mha_fwd_<cutlass::bfloat16_t, 128, true>" in report.render()
     with pytest.raises(VerifyError, match="FAIL"):
-        verify.raise_if_failed(report, "rebuild")
+        checks.raise_if_failed(report, "rebuild")
 
 
 def test_extra_exported_symbol_is_named(tmp_path):
@@ -99,7 +99,7 @@ def test_dynamic_libstdcxx_is_outside_the_needed_policy(tmp_path):
 def test_exports_map_lists_names_and_matches_the_header(repo):
     import re
 
-    names = verify.exported_api(repo / "src" / "exports.map")
+    names = checks.exported_api(repo / "src" / "exports.map")
     header = (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
     declared = set(re.findall(r"FAS_API\s+[^;(]*?\b(fas_\w+)\s*\(", header))
     assert declared == set(names)
@@ -109,7 +109,7 @@ def test_wildcard_exports_are_refused(tmp_path):
     script = tmp_path / "exports.map"
     script.write_text("{ global: fas_*; local: *; };\n")
     with pytest.raises(VerifyError, match="wildcards"):
-        verify.exported_api(script)
+        checks.exported_api(script)
 
 
 def test_glibc_newer_than_policy_is_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Verify a built library with the binutils and CUDA tools themselves.
+"""Check a built library with the binutils and CUDA tools themselves.
 
 - nm: every planned instantiation is defined (in its object, and in the library), the
   library exports exactly the C API of src/exports.map, no torch/c10/ATen symbol anywhere,
@@ -7,7 +7,8 @@
 - readelf -d: the SONAME, and a NEEDED list within policy.
 
 Tools run through a `run(argv) -> (exit_code, output)` callable: inside the toolchain
-container during a build, on the host when it has them.
+container during a build, on the host when it has them. What a library must hold (an
+Expectation) comes from its manifest (manifest.py), at build time and for `invoke verify`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 // Host-only planner of the SM90 (FA3-class) ragged prefill family, behind the light interface
-// of sm90/plan.h: lists the layout's query tiles, in the units and order our device-side work
+// of sm90/schedule.h: lists the layout's query tiles, in the units and order our device-side work
 // scheduler (sm90/tile_scheduler.cuh) deals to CTAs with every head. Host work grows with the
-// tiles, not tiles x heads. (FlashInfer's PrefillSM90Plan assigned every (tile, head) on the
-// host: 250-380 us per plan on an H200 machine.) Holds no kernels and is built also when no
-// SM90 kernel is.
-#include "sm90/plan.h"
+// tiles, not tiles x heads (FlashInfer's PrefillSM90Plan assigned every (tile, head) on the
+// host: docs/design/plan-per-call.md). Holds no kernels and is built also when no SM90 kernel is.
+#include "sm90/schedule.h"
 
 #include <algorithm>
 #include <atomic>

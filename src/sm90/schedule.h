@@ -1,9 +1,9 @@
-// Light interface of the SM90 planner (src/sm90_plan.cu): turns a varlen batch layout (host
+// Light interface of the SM90 planner (src/sm90/schedule.cu): turns a varlen batch layout (host
 // offsets) into the device-resident work schedule that the SM90 ragged prefill kernels read.
-// No CUTLASS / FlashInfer types, so flash_api.cu (compiled with FA2's include set) can use it.
-// sm90_plan.cu is compiled into every build, also when no SM90 kernel is built.
-#ifndef FAS_SM90_PLAN_H
-#define FAS_SM90_PLAN_H
+// No CUTLASS / FlashInfer types, so the API and plan code can use it without them.
+// sm90/schedule.cu is compiled into every build, also when no SM90 kernel is built.
+#ifndef FAS_SM90_SCHEDULE_H
+#define FAS_SM90_SCHEDULE_H
 
 #include <cstddef>
 #include <cstdint>
@@ -65,4 +65,4 @@ void schedule_fill_args(const Schedule* schedule, RaggedArgs* args);
 
 }  // namespace fas_sm90
 
-#endif  // FAS_SM90_PLAN_H
+#endif  // FAS_SM90_SCHEDULE_H

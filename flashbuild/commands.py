@@ -1,0 +1,73 @@
+"""The driver's public commands: one function per invoke task, taking parsed arguments.
+
+tasks.py parses the command line and turns FlashBuildError into an exit code; everything
+else a task does is here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from .memory import RESERVE_GB
+from .options import load_config
+
+
+def setup() -> None:
+    """Install and start what the pipeline needs on this host (Docker engine, mmdebstrap)."""
+    from .host import setup as setup_host
+
+    setup_host()
+
+
+def fetch(repo: Path, local: dict[str, Path], offline: bool = False) -> None:
+    from .pipeline import Paths, fetch_sources
+
+    for name, fetched in fetch_sources(Paths(repo), local, offline).items():
+        print(f"{name} {fetched.pin.version}: {fetched.root}")
+
+
+def image(repo: Path) -> None:
+    from .container import docker_client
+    from .pipeline import Paths, ensure_toolchain
+
+    client = docker_client()
+    for spec in load_config(repo / "matrix.yaml").images.values():
+        built = ensure_toolchain(client, spec, Paths(repo))
+        print(f"{spec.name}: {built.tag} ({'built' if built.built else 'up to date'})")
+
+
+def generate(repo: Path) -> None:
+    from .kernelgen import write_kernels
+
+    config = load_config(repo / "matrix.yaml")
+    written, removed = write_kernels(config.matrices.values(), repo / "kernels")
+    print(f"kernels/: {len(written)} written, {len(removed)} removed")
+
+
+def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
+          offline: bool = False, local: dict[str, Path] | None = None) -> None:
+    from .pipeline import build as run_build
+
+    run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local)
+
+
+def verify(repo: Path, path: Path) -> None:
+    from .checks import raise_if_failed
+    from .pipeline import verify_artifact
+
+    report = verify_artifact(repo, path)
+    raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")
+    print(report.render())
+
+
+def test(repo: Path, fast: bool = False, k: str | None = None) -> int:
+    """pytest over tests/; `fast` leaves out the tests marked `container` (they build in Docker).
+    Returns pytest's exit status."""
+    argv = [sys.executable, "-m", "pytest", "-q", "tests"]
+    if fast:
+        argv += ["-m", "not container"]
+    if k:
+        argv += ["-k", k]
+    return subprocess.run(argv, cwd=repo).returncode

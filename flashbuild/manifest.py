@@ -1,0 +1,61 @@
+"""manifest.json: what an artifact holds and what it promises.
+
+`entry_manifest` writes the promise (the instantiations with their symbols, the exported
+API and SONAME, the archs) beside the record of how the artifact was made (sources,
+toolchain, flags, per-TU costs); `expectation` reads the promise back. Build-time
+verification and `invoke verify PATH` both check a library against `expectation(manifest)`,
+so they check the same things.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .checks import Expectation, Report, exported_api
+from .library import EXPORTS_MAP
+from .memory import Stats, stats_key
+
+
+def _tu_rows(build, stats: Stats) -> list[dict]:
+    recorded = stats.read()
+    by_name = {r.name: r for r in build.tu_results}
+    rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol, "source": str(tu.source)}
+            for tu in build.plan.kernels]
+    rows += [{"name": tu.name, "kind": "host", "source": str(tu.source)} for tu in build.plan.hosts]
+    for row in rows:
+        r = by_name.get(row["name"])
+        earlier = recorded.get(stats_key(build.plan.entry, row["name"]), {})
+        row.update(cached=bool(r and r.cached),
+                   wall_s=round(r.wall_s, 1) if r and r.wall_s else earlier.get("wall_s"),
+                   peak_rss_kb=r.peak_rss_kb if r and r.peak_rss_kb else earlier.get("peak_rss_kb"))
+    return rows
+
+
+def entry_manifest(matrix_name: str, build, fetched: dict, toolchain: dict, stats: Stats,
+                   repo_root: Path) -> dict:
+    """The manifest of one built entry (an EntryBuild), before verification."""
+    return {
+        "matrix": matrix_name,
+        "sources": [{"name": f.pin.name, "version": f.pin.version, "filename": f.pin.filename, "sha256": f.pin.sha256}
+                    for f in fetched.values()],
+        "toolchain": toolchain,
+        "archs": list(build.plan.entry.archs),
+        "flags": [f.replace(str(repo_root), "$REPO") for f in build.compile_flags],
+        "translation_units": _tu_rows(build, stats),
+        "api": {"soname": build.name.soname, "exports": list(exported_api(repo_root / EXPORTS_MAP))},
+        "capabilities": [{"family": tu.family, "dtype": tu.dtype, "head_dim": tu.head_dim, "causal": tu.causal}
+                         for tu in build.plan.kernels],
+    }
+
+
+def with_report(manifest: dict, report: Report) -> dict:
+    return {**manifest, "verify": [{"check": c.name, "ok": c.ok} for c in report.checks]}
+
+
+def expectation(manifest: dict) -> Expectation:
+    return Expectation(
+        symbols=tuple(tu["symbol"] for tu in manifest["translation_units"] if tu["kind"] == "kernel"),
+        exports=tuple(manifest["api"]["exports"]),
+        soname=manifest["api"]["soname"],
+        archs=tuple(manifest["archs"]),
+    )

@@ -1,0 +1,172 @@
+"""The pipeline, in the one direction data flows:
+matrix -> plan -> jobs -> objects -> library -> verified artifact.
+
+`build` runs it for every entry of a matrix; `verify_artifact` checks an exported library
+against its manifest, as the build did before exporting it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import checks, export, images, sources
+from .compiler import EntryBuild, EntryCompiler
+from .container import ToolchainContainer, docker_client
+from .errors import ConfigError, VerifyError
+from .kernelgen import stale_files
+from .library import REAL_NAME_GLOB, STEM
+from .manifest import entry_manifest, expectation, with_report
+from .memory import GIB, RESERVE_GB, Stats, estimate
+from .options import ImageSpec, load_config
+from .plan import BuildPlan, make_plan
+from .progress import compile_progress, console, log
+from .schedule import Budget, make_budget, max_concurrency
+
+
+class Paths:
+    """Where the pipeline reads and writes, under one repository."""
+
+    def __init__(self, repo: Path):
+        self.repo = repo
+        self.matrix = repo / "matrix.yaml"
+        self.lock = repo / "sources.lock.yaml"
+        self.third_party = repo / "third_party"
+        self.build = repo / "build"
+        self.artifacts = repo / "artifacts"
+        self.kernels = repo / "kernels"
+
+
+def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
+    lines = [f"matrix {plan.matrix.name}: {plan.matrix.description}",
+             f"budget: {budget.describe()}"]
+    for entry_plan in plan.entries:
+        entry = entry_plan.entry
+        estimates = []
+        lines.append(f"entry {entry.name}: CUDA {entry.cuda}, image {entry.image.name}, archs {', '.join(entry.archs)}, "
+                     f"{len(entry_plan.kernels)} kernel TU(s) + {len(entry_plan.hosts)} host TUs")
+        for tu in entry_plan.kernels:
+            size, origin = estimate(entry, tu.name, tu.family, recorded_peaks)
+            estimates.append(size)
+            lines.append(f"  {tu.name:<40} {size / GIB:5.1f} GiB ({origin})")
+        lines.append(f"  concurrency: up to {max_concurrency(estimates, budget)} TU(s) at once")
+    return "\n".join(lines)
+
+
+def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: bool = False,
+                  only: set[str] | None = None) -> dict:
+    """Fetch the pinned sources (all of them, or `only` those a plan needs)."""
+    pins = sources.load_lock(paths.lock)
+    unknown = set(local or {}) - set(pins)
+    if unknown:
+        raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
+                          fix=f"use one of: {', '.join(sorted(pins))}")
+    unpinned = set(only or ()) - set(pins)
+    if unpinned:  # matrix.yaml names a source (an image's ptxas) that the lock does not pin
+        raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
+                          f"{', '.join(sorted(unpinned))}",
+                          fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+    return {name: sources.fetch(pin, paths.third_party, (local or {}).get(name), offline, log)
+            for name, pin in pins.items() if only is None or name in only}
+
+
+def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None = None) -> images.ToolchainImage:
+    """The toolchain image of `spec`, with the tools it names from pinned sources (taken from
+    `fetched` when the caller already has them)."""
+    tools = {}
+    if spec.ptxas:
+        if fetched is None or spec.ptxas not in fetched:
+            fetched = fetch_sources(paths, only={spec.ptxas})
+        tools["ptxas"] = fetched[spec.ptxas].path("bin") / "ptxas"
+    return images.ensure_image(client, spec, paths.repo, paths.build / "logs", log, tools)
+
+
+def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
+          reserve_gb: float = RESERVE_GB, offline: bool = False, local: dict[str, Path] | None = None) -> list[Path]:
+    paths = Paths(repo.resolve())
+    config = load_config(paths.matrix)
+    plan = make_plan(config.matrix(matrix_name), paths.repo)
+    budget = make_budget(int(reserve_gb * GIB), jobs)
+    console.print(describe_plan(plan, budget, Stats(paths.build).peaks()))
+    if dry_run:
+        return []
+    stale = stale_files(config.matrices.values(), paths.kernels)
+    if stale:
+        raise ConfigError(f"kernels/ does not match matrix.yaml: {', '.join(stale[:5])}",
+                          fix="run `invoke generate` and commit kernels/")
+    started = time.monotonic()
+    fetched = fetch_sources(paths, local, offline, only=plan.sources_needed)
+    client = docker_client()
+    exported = []
+    export.clean_stale_staging(paths.artifacts)
+    for entry_plan in plan.entries:
+        image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
+        log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
+        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name) as container:
+            compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, container)
+            with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
+                results = compiler.compile_all(budget, events)
+            result = compiler.link(results)
+            toolchain = {**images.describe(image),
+                         **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
+                            for tool in ("nvcc", "ptxas")}}
+            manifest = entry_manifest(plan.matrix.name, result, fetched, toolchain, compiler.stats, paths.repo)
+            report = verify_build(container.run_tool, result, manifest, paths)
+            checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
+            console.print(report.render())
+        folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.header,
+                                                 result.test_binary, with_report(manifest, report))
+        log(f"exported {folder.relative_to(paths.repo)} and {tarball.relative_to(paths.repo)}")
+        exported.append(folder)
+    log(f"matrix {plan.matrix.name} done in {time.monotonic() - started:.0f} s")
+    return exported
+
+
+def verify_build(run, result: EntryBuild, manifest: dict, paths: Paths) -> checks.Report:
+    """Each kernel object, then the library and the test binary, against the manifest."""
+    report = checks.Report(str(result.library.relative_to(paths.repo)))
+    expect = expectation(manifest)
+    kernels = [tu for tu in manifest["translation_units"] if tu["kind"] == "kernel"]
+    checks.verify_objects(run, {tu["name"]: (result.kernel_objects[tu["name"]], tu["symbol"]) for tu in kernels},
+                          expect.archs, report)
+    checks.verify_library(run, result.library, expect, report)
+    checks.verify_test_binary(run, result.test_binary, expect.soname, report)
+    return report
+
+
+def verify_artifact(repo: Path, target: Path) -> checks.Report:
+    """`invoke verify PATH`: an artifact folder, or a library inside one (its manifest.json
+    says what it must hold)."""
+    paths = Paths(repo.resolve())
+    target = target.resolve()
+    if not target.exists():
+        raise ConfigError(f"{target} does not exist", fix="pass an artifact folder or the .so inside one")
+    folder = target if target.is_dir() else target.parent.parent
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(f"no manifest.json in {folder}",
+                          fix=f"pass artifacts/<version>/<entry>/ or its lib/{STEM}.so.X.Y.Z")
+    manifest = json.loads(manifest_path.read_text())
+    if target.is_dir():
+        candidates = sorted((folder / "lib").glob(REAL_NAME_GLOB))
+        if not candidates:
+            raise VerifyError(f"{folder}/lib holds no {REAL_NAME_GLOB}")
+        library = candidates[0]
+    else:
+        library = target
+    expect = expectation(manifest)
+    run = checks.host_runner()
+    report = checks.Report(str(library))
+    if run is not None:
+        checks.verify_library(run, library, expect, report)
+        return report
+    config = load_config(paths.matrix)
+    built_with = manifest.get("toolchain", {}).get("dockerfile")
+    spec = next((s for s in config.images.values() if s.dockerfile == built_with), next(iter(config.images.values())))
+    client = docker_client()
+    image = ensure_toolchain(client, spec, paths)
+    # Mount what is being verified: the repo is always mounted; a library outside it is copied in.
+    with ToolchainContainer(client, image.tag, paths.repo, "verify", extra_mounts=[library.parent]) as container:
+        checks.verify_library(container.run_tool, library, expect, report)
+    return report

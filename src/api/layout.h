@@ -1,0 +1,77 @@
+// The shape of one attention call, validated once: what fas_fwd and plans have in common.
+// fas_fwd fills it from fas_fwd_args, a plan from fas_plan_args plus its host offsets; both
+// then check the tensors of a run against it (pointers, alignment, out not aliasing inputs).
+#ifndef FAS_API_LAYOUT_H
+#define FAS_API_LAYOUT_H
+
+#include "flash_attn_standalone.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fas {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGridDimYZ = 65535;  // CUDA limit; FA2 puts batch and heads on grid y/z
+
+struct Layout {
+    fas_dtype dtype = FAS_DTYPE_FP16;      // of q, k, v
+    fas_dtype out_dtype = FAS_DTYPE_FP16;  // of out: dtype, or fp16/bf16 for e4m3 inputs
+    bool varlen = false;
+    int batch_size = 0;
+    int max_seqlen_q = 0;  // batch layout: the length; varlen: an upper bound per sequence
+    int max_seqlen_k = 0;
+    int num_heads_q = 0;
+    int num_heads_k = 0;
+    int head_dim = 0;
+    // Elements between rows; 0 before resolve_layout = contiguous.
+    int64_t q_row_stride = 0;
+    int64_t k_row_stride = 0;
+    int64_t v_row_stride = 0;
+    int64_t out_row_stride = 0;
+    float softmax_scale = 0.f;  // 0 before resolve_layout = 1/sqrt(head_dim)
+    bool causal = false;
+    // Varlen: rows of q/out and of k/v addressed from the base pointers, 0 = unknown (fas_fwd
+    // sees the offsets only on the device). Plans know both from their host offsets.
+    int total_q = 0;
+    int total_k = 0;
+};
+
+// The fields fas_fwd_args and fas_plan_args share, copied as the caller set them.
+template <typename Args>
+void copy_shared_fields(const Args& args, Layout* layout) {
+    layout->batch_size = args.batch_size;
+    layout->num_heads_q = args.num_heads_q;
+    layout->num_heads_k = args.num_heads_k;
+    layout->head_dim = args.head_dim;
+    layout->q_row_stride = args.q_row_stride;
+    layout->k_row_stride = args.k_row_stride;
+    layout->v_row_stride = args.v_row_stride;
+    layout->out_row_stride = args.out_row_stride;
+    layout->softmax_scale = args.softmax_scale;
+    layout->causal = args.causal != 0;
+}
+
+bool is_aligned(const void* pointer, size_t alignment);
+const char* dtype_name(fas_dtype dtype);
+// The 16-bit dtypes: fas_fwd and FA2 take only these, and they are the FP8 output dtypes.
+bool is_16bit_dtype(int dtype);
+fas_status fail_bad_dtype(int dtype);
+fas_status validate_head_dim(int head_dim);
+
+// Checks every field of *layout (its out_dtype is the one whose rules apply) and fills in the
+// default row strides and softmax scale.
+fas_status resolve_layout(Layout* layout);
+
+// q, k, v and out of one run: set, 16-byte aligned (both families load rows with 16-byte
+// accesses, TMA for SM90), the optional LSE float-aligned, and out sharing no byte with q, k
+// or v within the rows the layout addresses (see tensor_extent in layout.cpp).
+fas_status check_tensors(const Layout& layout, const void* q, const void* k, const void* v, const void* out,
+                         const float* softmax_lse) noexcept;
+
+// Host offsets of a plan: present, on the host, non-negative and non-decreasing.
+fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name);
+
+}  // namespace fas
+
+#endif  // FAS_API_LAYOUT_H

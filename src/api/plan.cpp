@@ -1,0 +1,260 @@
+// fas_plan: validation of a plan's layout (host offsets), the family choice, and dispatch of
+// runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h).
+#include "api/plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "api/device.h"
+#include "api/layout.h"
+#include "api/registry.h"
+#include "api/status.h"
+#include "fa2/plan.h"
+#include "sm90/sm90.h"
+
+namespace {
+
+constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
+constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
+
+}  // namespace
+
+struct fas_plan {
+    uint64_t magic = kPlanMagic;
+    fas_family family = FAS_FAMILY_FA2;
+    int device = 0;
+    int kernel_head_dim = 0;
+    fas::Layout layout;  // resolved; total_q / total_k from the host offsets
+    std::string sm90_unused_reason;
+    std::unique_ptr<fas_sm90::Plan> sm90;
+    std::unique_ptr<fas_fa2::Plan> fa2;
+
+    ~fas_plan() { magic = kDeadPlanMagic; }
+};
+
+namespace fas {
+
+namespace {
+
+int max_length(const int32_t* offsets, int batch_size) {
+    int longest = 0;
+    for (int i = 0; i < batch_size; ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
+    return longest;
+}
+
+fas_status check_plan(const fas_plan* plan) {
+    if (plan == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a plan from fas_plan_create()");
+    if (plan->magic != kPlanMagic) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "plan is not a live fas_plan (destroyed, or not from fas_plan_create()); using it is undefined");
+    }
+    return FAS_SUCCESS;
+}
+
+// The plan's layout from its arguments and host offsets (already checked), validated.
+fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, Layout* layout) {
+    const int batch_size = args.batch_size;
+    Layout& l = *layout;
+    l.dtype = args.dtype;
+    l.out_dtype = out_dtype;
+    l.varlen = true;
+    copy_shared_fields(args, layout);
+    l.max_seqlen_q = max_length(args.cu_seqlens_q, batch_size);
+    l.max_seqlen_k = max_length(args.cu_seqlens_k, batch_size);
+    l.total_q = args.cu_seqlens_q[batch_size];
+    l.total_k = args.cu_seqlens_k[batch_size];
+    if (l.max_seqlen_q == 0 || l.max_seqlen_k == 0) {
+        const bool no_queries = l.max_seqlen_q == 0;
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the layout has ", no_queries ? "no query rows" : "no keys", " (every sequence of cu_seqlens_",
+                           no_queries ? "q" : "k", " is empty); nothing to plan"));
+    }
+    if (const fas_status status = resolve_layout(layout); status != FAS_SUCCESS) return status;
+    if (l.dtype == FAS_DTYPE_E4M3) {
+        // TMA moves 16-byte units: a row of 1-byte elements must start 16-byte aligned.
+        const std::pair<int64_t, const char*> fp8_strides[] = {
+            {l.q_row_stride, "q_row_stride"}, {l.k_row_stride, "k_row_stride"}, {l.v_row_stride, "v_row_stride"}};
+        for (const auto& [stride, name] : fp8_strides) {
+            if (stride % 16 != 0) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat(name, " is ", stride, " elements; e4m3 rows must be multiples of 16 elements "
+                                   "(16 bytes) apart"));
+            }
+        }
+    }
+    return FAS_SUCCESS;
+}
+
+}  // namespace
+
+fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
+    if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
+    *plan_out = nullptr;
+    if (const fas_status status = check_args_struct(user_args, "fas_plan_args", "fas_plan_args_init()");
+        status != FAS_SUCCESS) {
+        return status;
+    }
+    fas_plan_args args;
+    std::memcpy(&args, user_args, sizeof(args));
+    const bool fp8 = args.dtype == FAS_DTYPE_E4M3;
+    if (!fp8 && !is_16bit_dtype(args.dtype)) return fail_bad_dtype(args.dtype);
+    if (fp8 && !is_16bit_dtype(args.out_dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("out_dtype ", static_cast<int>(args.out_dtype), " is not FAS_DTYPE_FP16 or FAS_DTYPE_BF16; ",
+                           "an FAS_DTYPE_E4M3 plan needs the element type of out there"));
+    }
+    const fas_dtype out_dtype = fp8 ? args.out_dtype : args.dtype;
+    if (args.batch_size <= 0 || args.batch_size > kMaxGridDimYZ) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("batch_size ", args.batch_size, " is out of range; it must be in [1, ", kMaxGridDimYZ, "]"));
+    }
+    fas_status status = check_host_offsets(args.cu_seqlens_q, args.batch_size, "cu_seqlens_q");
+    if (status != FAS_SUCCESS) return status;
+    status = check_host_offsets(args.cu_seqlens_k, args.batch_size, "cu_seqlens_k");
+    if (status != FAS_SUCCESS) return status;
+    Layout layout;
+    status = resolve_plan_layout(args, out_dtype, &layout);
+    if (status != FAS_SUCCESS) return status;
+
+    DeviceProps device{};
+    int device_index = 0;
+    const cudaError_t device_error = cudaGetDevice(&device_index);
+    if (device_error != cudaSuccess) return fail_cuda(device_error, "cudaGetDevice (is a CUDA driver and GPU present?)");
+    status = check_device(device_index, &device);
+    if (status != FAS_SUCCESS) return status;
+
+    // Family choice: SM90 where a kernel is built for the request and the layout fits it.
+    std::string sm90_reason;
+    const fas_sm90::Kernel* sm90_kernel = nullptr;
+    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, args.cu_seqlens_k, layout.batch_size,
+                                               layout.num_heads_q, layout.num_heads_k, layout.head_dim,
+                                               layout.causal, fp8, device.sm_count};
+    if (args.disable_sm90 != 0) {
+        sm90_reason = "disabled by fas_plan_args.disable_sm90";
+    } else {
+        sm90_reason = fas_sm90::kernel_unavailable_reason(args.dtype, out_dtype, layout.head_dim, layout.causal, device);
+        if (sm90_reason.empty()) sm90_reason = fas_sm90::layout_unsupported_reason(schedule_layout);
+        if (sm90_reason.empty()) sm90_kernel = fas_sm90::find_kernel(args.dtype, out_dtype, layout.head_dim, layout.causal);
+    }
+    if (fp8 && sm90_kernel == nullptr) {
+        const bool wrong_device = !device.is_sm90();
+        return fail(wrong_device ? FAS_ERROR_UNSUPPORTED_DEVICE : FAS_ERROR_NOT_BUILT,
+                    concat("FP8 (e4m3) plans run only on the SM90 family, which cannot serve this one: ", sm90_reason,
+                           wrong_device ? "" : "; rebuild with a matching sm90_fp8_prefill kernel (matrix full)"));
+    }
+    const fas_fa2::Kernel* fa2_kernel =
+        sm90_kernel != nullptr ? nullptr : fas_fa2::find_plain_kernel(out_dtype, layout.head_dim, layout.causal);
+    if (sm90_kernel == nullptr && fa2_kernel == nullptr) {
+        return fail(FAS_ERROR_NOT_BUILT,
+                    concat("no kernel serves this plan: SM90 is not usable (", sm90_reason, ") and this build has no ",
+                           dtype_name(out_dtype), layout.causal ? " causal" : " non-causal", " FA2 kernel for head_dim ",
+                           layout.head_dim, " (FA2 head dims built: ",
+                           fas_fa2::built_head_dims(out_dtype, layout.causal), "); rebuild with a matching kernel"));
+    }
+
+    std::unique_ptr<fas_plan> plan(new fas_plan());
+    plan->device = device_index;
+    plan->layout = layout;
+    if (sm90_kernel != nullptr) {
+        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], device, &plan->sm90);
+        if (status != FAS_SUCCESS) return status;
+        plan->family = FAS_FAMILY_SM90;
+        plan->kernel_head_dim = sm90_kernel->head_dim;
+    } else {
+        status = fas_fa2::create_plan(layout, fa2_kernel, args.cu_seqlens_q, args.cu_seqlens_k, args.stream, &plan->fa2);
+        if (status != FAS_SUCCESS) return status;
+        plan->family = FAS_FAMILY_FA2;
+        plan->kernel_head_dim = fa2_kernel->head_dim;
+        plan->sm90_unused_reason = sm90_reason;
+    }
+    *plan_out = plan.release();
+    return FAS_SUCCESS;
+}
+
+fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
+    fas_status status = check_plan(plan);
+    if (status != FAS_SUCCESS) return status;
+    status = check_args_struct(user_args, "fas_plan_run_args", "fas_plan_run_args_init()");
+    if (status != FAS_SUCCESS) return status;
+    fas_plan_run_args args;
+    std::memcpy(&args, user_args, sizeof(args));
+    status = check_tensors(plan->layout, args.q, args.k, args.v, args.out, args.softmax_lse);
+    if (status != FAS_SUCCESS) return status;
+    int device = 0;
+    const cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+    if (device != plan->device) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the current device is ", device, " but the plan was made on device ", plan->device,
+                           "; call cudaSetDevice(", plan->device, ") before fas_plan_run, or make a plan per device"));
+    }
+    status = check_no_pending_cuda_error();
+    if (status != FAS_SUCCESS) return status;
+    if (plan->sm90 != nullptr) {
+        return fas_sm90::run_plan(*plan->sm90, args.q, args.k, args.v, args.out, args.softmax_lse, args.q_descale,
+                                  args.k_descale, args.v_descale, args.stream);
+    }
+    return fas_fa2::run_plan(*plan->fa2, args.q, args.k, args.v, args.out, args.softmax_lse, args.stream);
+}
+
+fas_status destroy_plan(fas_plan* plan) {
+    if (plan == nullptr) return FAS_SUCCESS;
+    const fas_status status = check_plan(plan);
+    if (status != FAS_SUCCESS) return status;
+    delete plan;
+    return FAS_SUCCESS;
+}
+
+fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
+    if (plan == nullptr) return FAS_SUCCESS;
+    fas_status status = check_plan(plan);
+    if (status != FAS_SUCCESS) return status;
+    int device = 0;
+    cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+    if (device != plan->device) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the plan was made on device ", plan->device, " but device ", device,
+                           " is current; call cudaSetDevice(", plan->device, ") before fas_plan_destroy_async"));
+    }
+    if (plan->sm90 != nullptr) {
+        status = fas_sm90::retire_plan(plan->sm90.get(), stream);
+        if (status != FAS_SUCCESS) return status;
+    } else {
+        // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
+        error = cudaStreamSynchronize(stream);
+        if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize before freeing the FA2 plan");
+    }
+    delete plan;
+    return FAS_SUCCESS;
+}
+
+fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
+    fas_status status = check_plan(plan);
+    if (status != FAS_SUCCESS) return status;
+    if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_plan_info to fill");
+    if (info->struct_size < sizeof(fas_plan_info)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("info->struct_size is ", info->struct_size, " but this library needs at least ",
+                           sizeof(fas_plan_info), "; set it to sizeof(fas_plan_info)"));
+    }
+    fas_plan_info filled;
+    std::memset(&filled, 0, sizeof(filled));
+    filled.struct_size = sizeof(filled);
+    filled.family = plan->family;
+    filled.family_name = family_name(plan->family);
+    filled.kernel_head_dim = plan->kernel_head_dim;
+    filled.lse_layout = plan->family == FAS_FAMILY_SM90 ? FAS_LSE_TOKEN_MAJOR : FAS_LSE_HEAD_MAJOR;
+    filled.total_q = plan->layout.total_q;
+    filled.total_k = plan->layout.total_k;
+    filled.device = plan->device;
+    filled.device_bytes =
+        plan->sm90 != nullptr ? fas_sm90::schedule_device_bytes(plan->sm90->schedule) : plan->fa2->device_bytes;
+    filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
+    std::memcpy(info, &filled, sizeof(filled));
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas

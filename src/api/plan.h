@@ -1,0 +1,18 @@
+// The plan API's object (struct fas_plan): a batch layout fixed at creation, served by the SM90
+// family where a kernel is built for it and FA2 otherwise; runs take only the tensors.
+#ifndef FAS_API_PLAN_H
+#define FAS_API_PLAN_H
+
+#include "flash_attn_standalone.h"
+
+namespace fas {
+
+fas_status create_plan(const fas_plan_args* args, fas_plan** plan);
+fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* args);
+fas_status destroy_plan(fas_plan* plan);
+fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream);
+fas_status plan_info(const fas_plan* plan, fas_plan_info* info);
+
+}  // namespace fas
+
+#endif  // FAS_API_PLAN_H

@@ -1,0 +1,78 @@
+// Capability queries over every family's kernel list.
+#include "api/registry.h"
+
+#include "api/device.h"
+#include "api/layout.h"
+#include "api/status.h"
+#include "fa2/fa2.h"
+#include "sm90/sm90.h"
+
+namespace fas {
+
+int num_kernels() { return fas_fa2::num_kernels() + fas_sm90::num_kernels(); }
+
+const char* family_name(fas_family family) { return family == FAS_FAMILY_SM90 ? "sm90" : "fa2"; }
+
+fas_status kernel_info(int index, fas_kernel_info* info) {
+    if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_kernel_info to fill");
+    const int count = num_kernels();
+    if (index < 0 || index >= count) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("kernel index ", index, " is out of range; valid indices are 0..", count - 1,
+                           " (fas_num_kernels() - 1)"));
+    }
+    if (index < fas_fa2::num_kernels()) {
+        const fas_fa2::Kernel& entry = fas_fa2::kernel(index);
+        info->dtype = entry.dtype;
+        info->head_dim = entry.head_dim;
+        info->causal = entry.causal ? 1 : 0;
+        info->split_kv = entry.split_kv ? 1 : 0;
+        info->family = family_name(FAS_FAMILY_FA2);
+        info->out_dtype = entry.dtype;
+    } else {
+        const fas_sm90::Kernel& entry = fas_sm90::kernel(index - fas_fa2::num_kernels());
+        info->dtype = entry.dtype;
+        info->head_dim = entry.head_dim;
+        info->causal = entry.causal ? 1 : 0;
+        info->split_kv = 0;
+        info->family = family_name(FAS_FAMILY_SM90);
+        info->out_dtype = entry.out_dtype;
+    }
+    return FAS_SUCCESS;
+}
+
+fas_status query_support(fas_dtype dtype, int head_dim, int causal, int* kernel_head_dim) {
+    if (!is_16bit_dtype(dtype)) return fail_bad_dtype(dtype);
+    fas_status status = validate_head_dim(head_dim);
+    if (status != FAS_SUCCESS) return status;
+    const fas_fa2::Kernel* kernel = nullptr;
+    status = fas_fa2::select_plain_kernel(dtype, head_dim, causal != 0, &kernel);
+    if (status == FAS_SUCCESS && kernel_head_dim != nullptr) *kernel_head_dim = kernel->head_dim;
+    return status;
+}
+
+fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family, int* kernel_head_dim) {
+    const bool fp8 = dtype == FAS_DTYPE_E4M3;
+    if (!fp8 && !is_16bit_dtype(dtype)) return fail_bad_dtype(dtype);
+    fas_status status = validate_head_dim(head_dim);
+    if (status != FAS_SUCCESS) return status;
+    DeviceProps device{};
+    status = check_current_device(&device);
+    if (status != FAS_SUCCESS) return status;
+    const std::string sm90_reason = fas_sm90::kernel_unavailable_reason(dtype, fp8 ? -1 : static_cast<int>(dtype),
+                                                                        head_dim, causal != 0, device);
+    if (sm90_reason.empty()) {
+        if (family != nullptr) *family = FAS_FAMILY_SM90;
+        if (kernel_head_dim != nullptr) *kernel_head_dim = head_dim;
+        return FAS_SUCCESS;
+    }
+    if (fp8) return fail(FAS_ERROR_NOT_BUILT, concat("FP8 (e4m3) plans need an SM90 kernel: ", sm90_reason));
+    const fas_fa2::Kernel* kernel = nullptr;
+    status = fas_fa2::select_plain_kernel(dtype, head_dim, causal != 0, &kernel);
+    if (status != FAS_SUCCESS) return status;
+    if (family != nullptr) *family = FAS_FAMILY_FA2;
+    if (kernel_head_dim != nullptr) *kernel_head_dim = kernel->head_dim;
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas

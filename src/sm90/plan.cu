@@ -1,0 +1,97 @@
+// SM90 plans: the schedule and launch arguments made once per batch layout, the launch per
+// run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API.
+#include <algorithm>
+
+#include "api/status.h"
+#include "sm90/sm90.h"
+
+namespace fas_sm90 {
+
+using fas::concat;
+using fas::fail;
+using fas::fail_cuda;
+
+namespace {
+
+constexpr float kLn2 = 0.69314718055994530942f;
+
+__global__ void scale_lse_kernel(float* lse, int64_t count, float factor) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        lse[i] *= factor;
+    }
+}
+
+}  // namespace
+
+fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
+                       int first_q_row, const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
+    std::unique_ptr<Plan> plan(new Plan());
+    // Layout limits were checked by the caller: what can fail here is CUDA itself (allocation,
+    // the upload).
+    std::string message;
+    const cudaError_t error = schedule_create(schedule_layout, &plan->schedule, &message);
+    if (error != cudaSuccess) return fail_cuda(error, message);
+    plan->kernel = kernel;
+    plan->first_q_row = first_q_row;
+    plan->total_q = layout.total_q;
+    plan->num_heads_q = layout.num_heads_q;
+    plan->sm_count = device.sm_count;
+    RaggedArgs& ragged = plan->args;
+    ragged.q_row_stride = layout.q_row_stride;
+    ragged.k_row_stride = layout.k_row_stride;
+    ragged.v_row_stride = layout.v_row_stride;
+    ragged.out_row_stride = layout.out_row_stride;
+    ragged.nnz_qo = layout.total_q;
+    ragged.nnz_kv = layout.total_k;
+    ragged.num_qo_heads = layout.num_heads_q;
+    ragged.num_kv_heads = layout.num_heads_k;
+    ragged.softmax_scale = layout.softmax_scale;
+    ragged.device = device.index;
+    schedule_fill_args(plan->schedule, &ragged);
+    *out = std::move(plan);
+    return FAS_SUCCESS;
+}
+
+fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
+                    const float* q_descale, const float* k_descale, const float* v_descale, cudaStream_t stream) {
+    for (const float* descale : {q_descale, k_descale, v_descale}) {
+        if (!fas::is_aligned(descale, sizeof(float))) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, "q_descale / k_descale / v_descale must be 4-byte aligned");
+        }
+    }
+    RaggedArgs ragged = plan.args;
+    ragged.q = q;
+    ragged.k = k;
+    ragged.v = v;
+    ragged.out = out;
+    ragged.lse = softmax_lse;
+    ragged.q_descale = q_descale;
+    ragged.k_descale = k_descale;
+    ragged.v_descale = v_descale;
+    cudaError_t error = schedule_prepare_run(plan.schedule, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "waiting for the SM90 schedule upload (cudaStreamWaitEvent)");
+    error = plan.kernel->launch(ragged, stream);
+    if (error == cudaSuccess) error = cudaGetLastError();
+    if (error != cudaSuccess) return fail_cuda(error, "SM90 kernel launch");
+    if (softmax_lse == nullptr) return FAS_SUCCESS;
+    // The kernel writes log2(sum exp); the API promises the natural logarithm.
+    const int64_t first = static_cast<int64_t>(plan.first_q_row) * plan.num_heads_q;
+    const int64_t count = static_cast<int64_t>(plan.total_q) * plan.num_heads_q - first;
+    if (count <= 0) return FAS_SUCCESS;
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 8LL * plan.sm_count);
+    scale_lse_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(softmax_lse + first, count, kLn2);
+    error = cudaGetLastError();
+    if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
+    return FAS_SUCCESS;
+}
+
+fas_status retire_plan(Plan* plan, cudaStream_t stream) {
+    const cudaError_t error = schedule_retire(plan->schedule, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "ordering the SM90 schedule's release after the stream's work");
+    plan->schedule = nullptr;  // retired: the stream hands it back to the cache
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas_sm90

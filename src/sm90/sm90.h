@@ -1,0 +1,72 @@
+// The SM90 (FA3-class, FlashInfer-derived) ragged prefill family as the API sees it, free of
+// CUTLASS and FlashInfer types: the kernels this build holds, whether one can serve a plan,
+// and its plans (the work schedule, the launch, the LSE conversion).
+#ifndef FAS_SM90_SM90_H
+#define FAS_SM90_SM90_H
+
+#include "flash_attn_standalone.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "api/device.h"
+#include "api/layout.h"
+#include "sm90/ragged_args.h"
+#include "sm90/schedule.h"
+
+namespace fas_sm90 {
+
+struct Kernel {
+    fas_dtype dtype;      // of q, k, v
+    fas_dtype out_dtype;  // of out: dtype, or fp16/bf16 for e4m3
+    int head_dim;
+    bool causal;
+    RaggedLaunchFn launch;
+};
+
+// The SM90 kernels of this build, in registry order (registry.cpp).
+int num_kernels();
+const Kernel& kernel(int index);
+
+// out_dtype < 0: any output dtype (capability queries).
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal);
+
+// Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal) on this device, else
+// why not.
+std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
+                                      const fas::DeviceProps& device);
+
+// A plan of the plan API on SM90: the schedule (device memory from a per-device cache) and the
+// launch arguments; a run fills in the tensors.
+struct Plan {
+    Schedule* schedule = nullptr;
+    const Kernel* kernel = nullptr;
+    RaggedArgs args{};
+    int first_q_row = 0;  // cu_seqlens_q[0]: the LSE rows before it are not written
+    int total_q = 0;
+    int num_heads_q = 0;
+    int sm_count = 0;
+
+    Plan() = default;
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+    ~Plan() { schedule_destroy(schedule); }
+};
+
+// Layout limits are checked by the caller (layout_unsupported_reason).
+fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
+                       int first_q_row, const fas::DeviceProps& device, std::unique_ptr<Plan>* out);
+
+// The descales are read by the FP8 kernels only. The LSE, if asked for, is converted to the
+// natural logarithm the API promises.
+fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
+                    const float* q_descale, const float* k_descale, const float* v_descale, cudaStream_t stream);
+
+// Stream-ordered release of the plan's schedule (schedule_retire); the plan keeps none after.
+fas_status retire_plan(Plan* plan, cudaStream_t stream);
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_SM90_H

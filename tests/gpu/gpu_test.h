@@ -1,0 +1,183 @@
+// What every file of the GPU test shares: exit statuses, CUDA error checking and device
+// buffers, the host-side dtype conversions and random inputs (defined in numerics.cpp), the
+// description of an attention case, and the entry points each concern file offers the driver.
+//
+// The test uses only the library's public header and the CUDA runtime.
+#ifndef GPU_TEST_H
+#define GPU_TEST_H
+
+#include "flash_attn_standalone.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpu_test {
+
+constexpr int kExitPass = 0;
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitSkip = 77;
+
+// ---------------------------------------------------------------------------------------------
+// CUDA helpers: a failed runtime call throws; the driver turns it into a failed case.
+
+class CudaFailure : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The message names the expression and its line; no __FILE__, which would put the build
+// machine's paths into the binary.
+inline void check_cuda(cudaError_t error, const char* expression, int line) {
+    if (error != cudaSuccess) {
+        throw CudaFailure(std::string(expression) + " failed at line " + std::to_string(line) + ": " +
+                          cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
+    }
+}
+
+#define CUDA_CHECK(expression) ::gpu_test::check_cuda((expression), #expression, __LINE__)
+
+class DeviceBuffer {
+public:
+    explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+        if (bytes > 0) CUDA_CHECK(cudaMalloc(&pointer_, bytes));
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    ~DeviceBuffer() {
+        if (pointer_ != nullptr) cudaFree(pointer_);
+    }
+
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(pointer_);
+    }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* pointer_ = nullptr;
+    size_t bytes_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Numerics (numerics.cpp): round-to-nearest-even conversions between float and the 16-bit
+// dtypes and FP8 e4m3 (OCP: no infinities, max 448, 0x7f / 0xff are NaN; conversion saturates
+// to +-448 as the device's cvt.rn.satfinite does), and random inputs already rounded.
+
+constexpr uint16_t kPoisonBits = 0xFFFF;  // NaN in both fp16 and bf16
+constexpr float kE4m3Max = 448.f;
+constexpr uint8_t kE4m3Nan = 0x7f;
+
+uint16_t float_to_fp16(float value);
+float fp16_to_float(uint16_t half);
+uint16_t float_to_bf16(float value);
+float bf16_to_float(uint16_t bf16);
+uint16_t to_dtype_bits(fas_dtype dtype, float value);
+float from_dtype_bits(fas_dtype dtype, uint16_t bits);
+const char* dtype_name(fas_dtype dtype);
+float e4m3_to_float(uint8_t bits);
+uint8_t float_to_e4m3(float value);
+
+// Random inputs already rounded to the dtype: bits for the device, floats for the reference.
+struct RoundedTensor {
+    std::vector<uint16_t> bits;  // [rows, heads, head_dim], contiguous
+    std::vector<float> values;
+};
+
+// Random e4m3 inputs with one descale factor per head: a head's values are drawn at its own
+// magnitude and quantized against its own maximum; values = stored e4m3 value * descale.
+struct QuantizedTensor {
+    std::vector<uint8_t> bits;  // [rows, heads, head_dim], contiguous
+    std::vector<float> values;
+    std::vector<float> descale;  // [heads]
+};
+
+RoundedTensor random_tensor(fas_dtype dtype, size_t elements, std::mt19937_64& rng);
+QuantizedTensor random_e4m3_tensor(size_t rows, int heads, int head_dim, std::mt19937_64& rng);
+
+// Copies [rows, row_elements] to device rows of row_stride elements; the padding is poison.
+template <typename Bits>
+std::vector<Bits> with_row_stride(const std::vector<Bits>& packed, size_t rows, size_t row_elements, size_t row_stride,
+                                  Bits poison) {
+    std::vector<Bits> strided(rows * row_stride, poison);
+    for (size_t row = 0; row < rows; ++row) {
+        std::copy_n(packed.begin() + row * row_elements, row_elements, strided.begin() + row * row_stride);
+    }
+    return strided;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases and their outcome
+
+struct AttentionCase {
+    std::string config;
+    fas_dtype dtype;
+    int heads_q;
+    int heads_kv;
+    int head_dim;
+    bool causal;
+    bool varlen;                  // false: batch layout, all sequences of equal length
+    std::vector<int> seqlens_q;
+    std::vector<int> seqlens_k;
+    int row_padding = 0;          // extra elements per token row, to exercise row strides
+    bool pass_workspace = true;   // false: let the library allocate its own scratch
+    bool expect_split_kv = false; // the split-KV kernel must be chosen (checked via workspace size)
+    bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
+    int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
+    int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)
+    bool disable_sm90 = false;    // with use_plan: fas_plan_args.disable_sm90
+    bool fp8 = false;             // with use_plan: q/k/v in e4m3 with per-head descales; dtype is out's
+};
+
+AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
+                          std::vector<int> seqlens);
+
+struct CaseOutcome {
+    bool passed;
+    std::string detail;
+};
+
+struct Tally {
+    int passed = 0;
+    int failed = 0;
+    int skipped = 0;
+};
+
+// Prints "[PASS] label | detail" (or FAIL) and counts it.
+void report(const std::string& label, const CaseOutcome& outcome, Tally* tally);
+
+// Runs a case body; an exception (a failed CUDA call) becomes a failed outcome.
+template <typename Body>
+CaseOutcome guarded(Body&& body) {
+    try {
+        return body();
+    } catch (const std::exception& error) {
+        return {false, error.what()};
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points of the concern files, called by the driver (driver.cpp).
+
+// cases.cpp: runs one attention case (or reports why the build cannot serve it) and prints it.
+void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t stream, Tally* tally);
+
+// workspace_bounds.cpp: fas_fwd scratch stays inside the workspace it was given.
+void report_workspace_bounds_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+
+// misuse.cpp: invalid arguments are refused; shared buffers without shared bytes are accepted.
+void report_fwd_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+void report_plan_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+
+// churn.cpp: plans made and released per batch on two streams without synchronizing.
+void report_plan_churn_case(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+
+}  // namespace gpu_test
+
+#endif  // GPU_TEST_H

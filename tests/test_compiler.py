@@ -1,0 +1,122 @@
+"""EntryCompiler on a small source tree with a stand-in container: which flags each host TU
+gets by its folder, what its key covers, what the link steps name, what the memory model
+records, and that the manifest's expectation is the plan's."""
+
+import os
+
+import pytest
+
+from conftest import write_tree
+from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler
+from flashbuild.kernelgen import write_kernels
+from flashbuild.manifest import entry_manifest, expectation, with_report
+from flashbuild.checks import Report
+from flashbuild.memory import Stats
+from flashbuild.options import load_config
+from flashbuild.plan import make_plan
+from flashbuild.schedule import Budget, SchedulerEvents
+
+TREE = {
+    "VERSION": "1.2.3\n",
+    "src/api/exports.cpp": '#include "api/status.h"\n',
+    "src/api/status.cpp": '#include "api/status.h"\n',
+    "src/api/status.h": "// status\n",
+    "src/fa2/launch.cu": '#include "kernel_registry.inc"\n',
+    "src/sm90/plan.cu": '#include "sm90/tiles.h"\n',
+    "src/sm90/tiles.h": "// tiles\n",
+    "src/sm90/launch.cuh": "// launch\n",
+    "src/glibc_compat.c": "",
+    "src/standins/c10/x.h": "",
+    "src/exports.map": "{ global: fas_fwd; local: *; };\n",
+    "tests/gpu/driver.cpp": "",
+    "tests/gpu/cases.cpp": "",
+    "tests/gpu/gpu_test.h": "",
+}
+
+
+@pytest.fixture
+def tree(tmp_path, repo):
+    write_tree(tmp_path, TREE)
+    (tmp_path / "matrix.yaml").write_text((repo / "matrix.yaml").read_text())
+    write_kernels(load_config(tmp_path / "matrix.yaml").matrices.values(), tmp_path / "kernels")
+    return tmp_path
+
+
+def compiler_for(tree, fake_build, matrix="smoke"):
+    entry_plan = make_plan(load_config(tree / "matrix.yaml").matrix(matrix), tree).entries[0]
+    return EntryCompiler(tree, tree / "build", matrix, entry_plan, fake_build.image, fake_build.sources,
+                         fake_build.container)
+
+
+def compile_all(compiler):
+    return compiler.compile_all(Budget(64 * 1024**3, 1, "test"), SchedulerEvents())
+
+
+def test_host_flags_follow_the_code_folder(tree, fake_build):
+    compiler = compiler_for(tree, fake_build)
+    compiler.write_registry()
+    specs = {host.name: compiler.host_spec(host) for host in compiler.plan.hosts}
+    assert list(specs) == ["api_exports", "api_status", "fa2_launch", "sm90_plan", "glibc_compat"]
+    fa2_include = f"-I{(fake_build.third_party / 'flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src').resolve()}"
+    for name, spec in specs.items():
+        upstream_paths = [f for f in spec.flags if str(fake_build.third_party) in f]
+        if name == "glibc_compat":
+            assert spec.flags == PLAIN_C_FLAGS
+            continue
+        assert f"-I{compiler.registry.parent}" in spec.flags and "-DFAS_VERSION_MAJOR=1" in spec.flags
+        assert f"-I{tree.resolve() / 'src'}" in spec.flags
+        assert (fa2_include in upstream_paths) == (name == "fa2_launch"), name
+        assert len(upstream_paths) == (2 if name == "fa2_launch" else 0), name
+
+
+def test_host_keys_cover_the_registry_and_kernel_keys_do_not(tree, fake_build):
+    compiler = compiler_for(tree, fake_build, "minimal")
+    compiler.write_registry()
+    hosts = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
+    kernels = {tu.name: compiler.kernel_spec(tu).key for tu in compiler.plan.kernels}
+    compiler.registry.write_text("FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false)\n")
+    (tree / "src/api/status.h").write_text("// another status\n")
+    after = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
+    changed = {name for name in hosts if hosts[name] != after[name]}
+    assert changed == set(hosts) - {"glibc_compat"}
+    assert kernels == {tu.name: compiler.kernel_spec(tu).key for tu in compiler.plan.kernels}
+    (tree / "src/sm90/launch.cuh").write_text('#include "sm90/tiles.h"\n')
+    sm90 = [tu for tu in compiler.plan.kernels if tu.family == "sm90_prefill"]
+    assert all(compiler.kernel_spec(tu).key != kernels[tu.name] for tu in sm90), "own headers are keyed"
+
+
+def test_build_compiles_every_tu_once_records_costs_and_links_by_the_names(tree, fake_build):
+    compiler = compiler_for(tree, fake_build)
+    results = compile_all(compiler)
+    assert sorted(r.name for r in results if not r.cached) == sorted(
+        ["fa2_fwd_hdim64_fp16_sm90", "api_exports", "api_status", "fa2_launch", "sm90_plan", "glibc_compat"])
+    recorded = Stats(compiler.build_root).read()
+    assert recorded["fa2_fwd_hdim64_fp16_sm90@sm_90a"] == {"peak_rss_kb": 2048000, "wall_s": pytest.approx(0, abs=5)}
+    assert all(r.cached for r in compile_all(compiler)), "a second build reuses every object"
+
+    fake_build.container.commands.clear()
+    build = compiler.link(results)
+    link, test = fake_build.container.commands
+    lib = build.library.parent
+    assert build.library.name == "libflash_attn_standalone.so.1.2.3"
+    assert "-Xlinker=-soname,libflash_attn_standalone.so.1" in link
+    assert os.readlink(lib / "libflash_attn_standalone.so.1") == "libflash_attn_standalone.so.1.2.3"
+    assert os.readlink(lib / "libflash_attn_standalone.so") == "libflash_attn_standalone.so.1"
+    gpu = str(tree.resolve() / "tests/gpu")
+    assert [a for a in test if a.startswith(gpu)] == [f"{gpu}/cases.cpp", f"{gpu}/driver.cpp"]
+    assert f"-I{gpu}" in test and "-l:libflash_attn_standalone.so.1" in test
+
+
+def test_manifest_expectation_is_what_the_plan_built(tree, fake_build):
+    compiler = compiler_for(tree, fake_build, "minimal")
+    build = compiler.link(compile_all(compiler))
+    manifest = entry_manifest("minimal", build, fake_build.sources, {}, compiler.stats, tree)
+    expect = expectation(manifest)
+    assert expect.symbols == tuple(tu.symbol for tu in compiler.plan.kernels)
+    assert expect.soname == "libflash_attn_standalone.so.1" and expect.exports == ("fas_fwd",)
+    assert expect.archs == ("sm_90a",)
+    assert [tu["name"] for tu in manifest["translation_units"] if tu["kind"] == "host"] == \
+        [h.name for h in compiler.plan.hosts]
+    report = Report("lib")
+    report.add("a check", True)
+    assert with_report(manifest, report)["verify"] == [{"check": "a check", "ok": True}]
