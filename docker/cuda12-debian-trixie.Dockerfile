@@ -8,7 +8,7 @@ ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
 # No recommends: they add ~2.5 GB (profilers, docs, GL) that compiling never uses.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      nvidia-cuda-toolkit binutils ccache time ca-certificates \
+      nvidia-cuda-toolkit binutils time ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 # Tools that matrix.yaml adds from pinned sources (images.<name>.ptxas: a newer CUDA 12

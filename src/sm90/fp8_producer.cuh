@@ -5,8 +5,7 @@
 // V^T. FlashInfer's FP8 producer (hopper/quantization/mainloop_load.cuh) issues one KV tile's K
 // and V loads, waits for that V to land, transposes it, and only then issues the next tile's
 // loads. Every KV tile thus costs the producer a global-load latency and a transpose in series,
-// which at FP8 rates is close to the consumers' time per tile (tiles of 64 keys ran 15-25%
-// slower than 128, docs/bench/sm90-tiles-h100.md).
+// which at FP8 rates is close to the consumers' time per tile (docs/design/fp8-speed.md).
 //
 // This producer keeps the next tile's K and V loads in flight while it transposes the current V.
 // Within a work tile the loads run one stage ahead of the transposes, so two stages (the

@@ -6,8 +6,7 @@
 //    the count of consumer threads. Both instructions count arrivals, so the barrier can complete
 //    with one warpgroup's arrive+sync before the other warpgroup has staged its rows in shared
 //    memory; the early warpgroup then copies stale shared memory (last V tile, which smem_o
-//    overlays) to global memory. Measured on an H200: hdim 128 non-causal rows 64-127 of a tile
-//    (the second consumer warpgroup's rows) came out wrong by up to 4.8 in 29 of 30 runs.
+//    overlays) to global memory (docs/design/epilogue-race.md).
 //  * After the shared-to-global copy nothing waits for all consumer threads; only the last warp
 //    releases barrier_O, which lets the producer TMA-load the next tile's V over smem_o. Without
 //    the warp scheduler barrier (hdim 256) other warps can still be reading smem_o then.

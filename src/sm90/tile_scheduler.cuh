@@ -2,18 +2,15 @@
 // as a template parameter (PrefillWithKVCacheKernel / FP8PrefillWithKVCacheKernel).
 //
 // The plan lists the layout's query tiles in units of tiles_per_unit consecutive entries
-// (sm90_plan.cu): with a causal mask a unit pairs tile t with tile n-1-t of the same sequence, so
+// (sm90/schedule.cu): with a causal mask a unit pairs tile t with tile n-1-t of the same sequence, so
 // every unit of a sequence costs the same; without one a unit is one tile. Heads are not in the
 // list. Work items are (unit, query head) pairs in the order KV head, unit, query head of the
 // KV head's group: the items running at one time share K/V (one KV head, consecutive units of
 // one sequence), which then comes from L2. A CTA runs both tiles of its unit back to back. Items
 // are dealt in rounds of one per CTA, in serpentine order (CTA c takes position c of even rounds
 // and num_ctas-1-c of odd ones), so the per-sequence cost differences of a varlen batch
-// (sequences come longest first) cancel out between rounds. Measured on an H100
-// (docs/bench/sm90-tiles-h100.md): sorting tiles by cost across sequences instead was up to
-// 1.6x slower for causal batches of 1k-4k sequences; query heads outermost was 3-5% faster
-// than innermost without GQA but 8% slower on a 16/2 GQA batch, which this order keeps
-// together. No per-run state: a plan may run on several streams at once. Producer and consumer
+// (sequences come longest first) cancel out between rounds. Why this order:
+// docs/design/sm90-tiles.md (runs A, B, D). No per-run state: a plan may run on several streams at once. Producer and consumer
 // warps compute the same sequence independently.
 #ifndef FAS_SM90_TILE_SCHEDULER_CUH
 #define FAS_SM90_TILE_SCHEDULER_CUH

@@ -16,14 +16,10 @@ struct TileShape {
 // Tuning builds only (bench/tune_tiles.py): another table, same signature.
 #include FAS_SM90_TILES_OVERRIDE
 #else
-// FlashInfer's own choices for these kernels (prefill_sm90.cuh, quantization/prefill_sm90.cuh of
-// flashinfer-python 0.7.2.post1) except where our tuning runs measured better (bench/tune_tiles.py,
-// H100, docs/bench/sm90-tiles-h100.md): hdim 64 causal 128x128 (FlashInfer 192x128: 0.75-0.94x
-// of cuDNN at 1k-4k tokens per sequence, 0.91-1.04x with 128x128), hdim 128 non-causal 128x128
-// (FlashInfer 128x192: 8-13% slower at 1k keys per sequence, 1-5% at 4k, no steady difference
-// at 8k-16k; 128 divides those lengths, 192 leaves a partly empty last KV tile) and hdim 256
-// causal 128x80 (FlashInfer 128x64; +6% at 16k). Shared memory bounds them: Q tile + stages *
-// (K + V [+ V transposed, FP8]) tiles within 227 KiB.
+// FlashInfer's own choices for these kernels (flashinfer-python 0.7.2.post1) except three shapes
+// our H100 tuning chose: hdim 64 causal, hdim 128 non-causal, hdim 256 causal (measurements:
+// docs/design/sm90-tiles.md). Shared memory bounds them: Q tile + stages * (K + V [+ V
+// transposed, FP8]) tiles within 227 KiB.
 constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal) {
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};

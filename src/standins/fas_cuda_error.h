@@ -1,6 +1,6 @@
 // Exception type behind the C10_CUDA_* stand-ins. FA2's launch code reports CUDA failures through
 // those macros; upstream they throw c10::Error, here they throw fas_detail::cuda_error, which the
-// C API boundary (flash_api.cu) turns into FAS_ERROR_CUDA plus a last-error message. The library
+// FA2 launch (src/fa2/launch.cu) turns into FAS_ERROR_CUDA plus a last-error message. The library
 // must never abort the host process, so nothing in here prints or exits.
 #pragma once
 
