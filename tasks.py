@@ -39,6 +39,41 @@ def _local_files(values):
     return files
 
 
+def _jobs(value) -> int | None:
+    """--jobs: a whole number of TUs at once, at least 1 (absent: the CPU count)."""
+    from flashbuild.errors import ConfigError
+
+    if value is None:
+        return None
+    try:
+        jobs = int(value)
+    except ValueError:  # "abc", "1.5"
+        jobs = 0
+    if jobs < 1:
+        raise ConfigError(f"--jobs '{value}' is not a whole number of at least 1",
+                          fix="e.g. --jobs 4, or leave it out to use every CPU within the memory budget")
+    return jobs
+
+
+def _reserve_gb(value) -> float:
+    """--reserve-gb: GiB kept free, a finite number of at least 0 (absent: RESERVE_GB)."""
+    import math
+
+    from flashbuild.errors import ConfigError
+
+    if value is None:
+        return RESERVE_GB
+    try:
+        reserve = float(value)
+    except ValueError:
+        reserve = math.nan
+    if not math.isfinite(reserve) or reserve < 0:
+        raise ConfigError(f"--reserve-gb '{value}' is not a number of GiB of at least 0",
+                          fix=f"e.g. --reserve-gb {RESERVE_GB:g} (the default), or 0 to let the build use all "
+                              "available memory")
+    return reserve
+
+
 @task
 @reports_errors
 def setup(c):
@@ -91,8 +126,7 @@ def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offlin
     """Build, verify and export the library for every entry of a matrix."""
     from flashbuild import commands
 
-    commands.build(REPO, matrix, dry_run=dry_run, jobs=int(jobs) if jobs else None,
-                   reserve_gb=float(reserve_gb) if reserve_gb is not None else RESERVE_GB,
+    commands.build(REPO, matrix, dry_run=dry_run, jobs=_jobs(jobs), reserve_gb=_reserve_gb(reserve_gb),
                    offline=offline, local=_local_files(local))
 
 

@@ -4,16 +4,42 @@
 API and SONAME, the archs) beside the record of how the artifact was made (sources,
 toolchain, flags, per-TU costs); `expectation` reads the promise back. Build-time
 verification and `invoke verify PATH` both check a library against `expectation(manifest)`,
-so they check the same things.
+so they check the same things. `read_manifest` reads an exported manifest.json and
+refuses, as one VerifyError, a file that is not JSON or lacks part of the promise.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
+
 from .checks import Expectation, Report, exported_api
+from .errors import VerifyError
 from .library import EXPORTS_MAP
 from .memory import Stats, stats_key
+
+# The part of manifest.json that verifying reads (`expectation`, the toolchain); the rest is a record.
+PROMISE_SCHEMA = {
+    "type": "object",
+    "required": ["translation_units", "api", "archs"],
+    "properties": {
+        "translation_units": {"type": "array", "items": {
+            "type": "object",
+            "required": ["name", "kind"],
+            "properties": {"name": {"type": "string"}, "kind": {"enum": ["kernel", "host"]},
+                           "symbol": {"type": "string"}},
+            "if": {"properties": {"kind": {"const": "kernel"}}},
+            "then": {"required": ["symbol"]},
+        }},
+        "api": {"type": "object", "required": ["soname", "exports"],
+                "properties": {"soname": {"type": "string"},
+                               "exports": {"type": "array", "items": {"type": "string"}}}},
+        "archs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "toolchain": {"type": "object"},
+    },
+}
 
 
 def _tu_rows(build, stats: Stats) -> list[dict]:
@@ -50,6 +76,23 @@ def entry_manifest(matrix_name: str, build, fetched: dict, toolchain: dict, stat
 
 def with_report(manifest: dict, report: Report) -> dict:
     return {**manifest, "verify": [{"check": c.name, "ok": c.ok} for c in report.checks]}
+
+
+def read_manifest(path: Path) -> dict:
+    """An exported manifest.json, checked to hold everything `expectation` reads."""
+    fix = ("restore it from the entry's tarball beside the folder, or rebuild the entry with "
+           "`invoke build --matrix <matrix>`")
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError as exc:
+        raise VerifyError(f"cannot read {path}: {exc.strerror}", fix=fix) from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise VerifyError(f"{path} is not valid JSON ({exc})", fix=fix) from None
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(PROMISE_SCHEMA).iter_errors(manifest))
+    if error is not None:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        raise VerifyError(f"{path}: {where or '(top level)'}: {error.message}", fix=fix)
+    return manifest
 
 
 def expectation(manifest: dict) -> Expectation:

@@ -4,6 +4,8 @@ An estimate is the peak RSS an earlier build recorded for the TU (build/tu-stats
 read and written only here), else the matrix entry's default for the TU's group: its
 family's name for a kernel, `host` for host code (matrix.yaml `memory_estimates_gb`).
 Recorded costs are per TU and arch list: the same TU costs the same in any entry.
+The file is a cache: one that is not what `Stats.record` writes counts as no recorded
+stats (said once per run), and the next compile rewrites it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ GIB = 1024**3
 RESERVE_GB = 2.0  # memory kept free for the rest of the machine, unless --reserve-gb says otherwise
 HOST = "host"  # the memory_estimates_gb key of every host TU
 STATS_FILE = "tu-stats.json"
+_noted: set[Path] = set()  # malformed stats files already reported in this run
 
 
 def stats_key(entry: Entry, tu_name: str) -> str:
@@ -38,9 +41,24 @@ class Stats:
 
     def read(self) -> dict:
         try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            stats = json.loads(self.path.read_text())
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+            return self._ignore(str(exc))
+        problem = _malformed(stats)
+        return self._ignore(problem) if problem else stats
+
+    def _ignore(self, problem: str) -> dict:
+        if self.path not in _noted:
+            _noted.add(self.path)
+            from rich.markup import escape  # late: tasks.py imports this module without rich
+
+            from .progress import log
+
+            log(escape(f"note: {self.path} is not a TU stats file ({problem}); estimating every TU from "
+                       "matrix.yaml's memory_estimates_gb instead, and the next compile rewrites it"))
+        return {}
 
     def peaks(self) -> dict[str, int]:
         """Recorded peak RSS in bytes."""
@@ -57,6 +75,21 @@ class Stats:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.path)
+
+
+def _malformed(stats) -> str | None:
+    """What makes a parsed stats file differ from what `record` writes, or None."""
+    if not isinstance(stats, dict):
+        return "not a JSON object"
+    for key, value in stats.items():
+        if not isinstance(value, dict):
+            return f"{key!r} is not an object"
+        peak, wall = value.get("peak_rss_kb", 0), value.get("wall_s", 0)
+        if type(peak) is not int or peak < 0:  # not isinstance: a bool is an int
+            return f"{key!r}: peak_rss_kb {peak!r} is not a whole number of KiB"
+        if type(wall) not in (int, float) or wall < 0:
+            return f"{key!r}: wall_s {wall!r} is not a number of seconds"
+    return None
 
 
 def estimate(entry: Entry, tu_name: str, group: str, peaks: dict) -> tuple[int, str]:

@@ -22,6 +22,14 @@ from .memory import HOST
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
+# JSON Schema counts 64.0 as an integer; YAML has distinct ints and floats, and a float head
+# dim would pass the family records (64.0 == 64) and reach generated C++ as "64.0".
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, instance: type(instance) is int),
+)
+
 
 @dataclass(frozen=True)
 class BaseImage:
@@ -120,9 +128,9 @@ def _schema_error_message(error: jsonschema.ValidationError) -> tuple[str, str]:
     if error.validator == "required":
         return f"{where}: {error.message}", "add the missing key"
     if error.validator == "type":
-        return f"{where}: {error.instance!r} is not of type {error.validator_value}", (
-            f"write a {error.validator_value} here"
-        )
+        expected = "a whole number without a decimal point" if error.validator_value == "integer" else (
+            f"a {error.validator_value}")
+        return f"{where}: {error.instance!r} is not of type {error.validator_value}", f"write {expected} here"
     if error.validator == "enum":
         choices = ", ".join(repr(v) for v in error.validator_value)
         return f"{where}: {error.instance!r} is not allowed", f"use one of: {choices}"
@@ -181,7 +189,7 @@ def load_config(path: Path | str) -> Config:
     path = Path(path)
     document = _load_yaml(path)
     schema = json.loads(SCHEMA_PATH.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     errors = sorted(validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         # The deepest error is the most specific; report it, and say how many more exist.

@@ -7,7 +7,6 @@ against its manifest, as the build did before exporting it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from .container import ToolchainContainer, docker_client
 from .errors import ConfigError, VerifyError
 from .kernelgen import stale_files
 from .library import REAL_NAME_GLOB, STEM
-from .manifest import entry_manifest, expectation, with_report
+from .manifest import entry_manifest, expectation, read_manifest, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate
 from .options import ImageSpec, load_config
 from .plan import BuildPlan, make_plan
@@ -41,6 +40,8 @@ class Paths:
 def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
     lines = [f"matrix {plan.matrix.name}: {plan.matrix.description}",
              f"budget: {budget.describe()}"]
+    if warning := budget.warning():
+        lines.append(f"warning: {warning}")
     for entry_plan in plan.entries:
         entry = entry_plan.entry
         estimates = []
@@ -147,7 +148,7 @@ def verify_artifact(repo: Path, target: Path) -> checks.Report:
     if not manifest_path.is_file():
         raise ConfigError(f"no manifest.json in {folder}",
                           fix=f"pass artifacts/<version>/<entry>/ or its lib/{STEM}.so.X.Y.Z")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(manifest_path)
     if target.is_dir():
         candidates = sorted((folder / "lib").glob(REAL_NAME_GLOB))
         if not candidates:

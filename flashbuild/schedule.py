@@ -24,9 +24,20 @@ class Budget:
     memory_bytes: int
     cpu_slots: int
     source: str  # where the memory figure came from, for the plan printout
+    available_bytes: int | None = None  # what the machine had free when the budget was made
 
     def describe(self) -> str:
         return f"{self.memory_bytes / GIB:.1f} GiB ({self.source}), {self.cpu_slots} CPU slot(s)"
+
+    def warning(self) -> str | None:
+        """Why this budget defeats the memory-aware scheduler, or None. A zero budget still
+        builds (each TU alone, as an oversized one would run) rather than refusing: available
+        memory is a momentary reading, so the same reserve may fit a moment later."""
+        if self.memory_bytes > 0:
+            return None
+        available = f"the {self.available_bytes / GIB:.1f} GiB" if self.available_bytes is not None else "what is"
+        return ("the reserve leaves a memory budget of 0 GiB: every TU will compile alone, one at a time\n"
+                f"  fix: give --reserve-gb less than {available} available now, or free memory")
 
 
 @dataclass
@@ -84,7 +95,8 @@ def make_budget(reserve_bytes: int, jobs_limit: int | None = None) -> Budget:
     memory, source = available_memory_bytes()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     slots = max(1, min(cpus, jobs_limit) if jobs_limit else cpus)
-    return Budget(max(memory - reserve_bytes, 0), slots, f"{source} minus {reserve_bytes / GIB:.1f} GiB reserve")
+    return Budget(max(memory - reserve_bytes, 0), slots,
+                  f"{source} {memory / GIB:.1f} GiB minus {reserve_bytes / GIB:.1f} GiB reserve", memory)
 
 
 def admissible(job: Job, running_bytes: int, running_count: int, budget: Budget) -> bool:

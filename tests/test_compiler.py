@@ -2,6 +2,7 @@
 gets by its folder, what its key covers, what the link steps name, what the memory model
 records, and that the manifest's expectation is the plan's."""
 
+import json
 import os
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from conftest import write_tree
 from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler
 from flashbuild.kernelgen import write_kernels
-from flashbuild.manifest import entry_manifest, expectation, with_report
+from flashbuild.manifest import entry_manifest, expectation, read_manifest, with_report
 from flashbuild.checks import Report
 from flashbuild.memory import Stats
 from flashbuild.options import load_config
@@ -120,3 +121,12 @@ def test_manifest_expectation_is_what_the_plan_built(tree, fake_build):
     report = Report("lib")
     report.add("a check", True)
     assert with_report(manifest, report)["verify"] == [{"check": "a check", "ok": True}]
+
+
+def test_written_manifest_reads_back_for_verify(tree, fake_build):
+    compiler = compiler_for(tree, fake_build, "minimal")
+    manifest = entry_manifest("minimal", compiler.link(compile_all(compiler)), fake_build.sources,
+                              {"dockerfile": "docker/x.Dockerfile"}, compiler.stats, tree)
+    path = tree / "manifest.json"
+    path.write_text(json.dumps(with_report(manifest, Report("lib"))))
+    assert expectation(read_manifest(path)) == expectation(manifest)

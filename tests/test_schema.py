@@ -40,6 +40,8 @@ BAD = {
                              "matrices.minimal.entries[0].archs: 'sm_90a' is not of type array"),
     "wrong type for head dim": (lambda d: entry(d)["kernels"][0].update(head_dims=["128"]),
                                 "matrices.minimal.entries[0].kernels[0].head_dims[0]: '128' is not of type integer"),
+    "float head dim": (lambda d: entry(d)["kernels"][0].update(head_dims=[64.0]),
+                       "matrices.minimal.entries[0].kernels[0].head_dims[0]: 64.0 is not of type integer"),
     "unsupported arch": (lambda d: entry(d).update(archs=["sm_90a", "sm_70"]),
                          "matrices.minimal.entries[0].archs[1]: 'sm_70' is not allowed"),
     "no hopper arch": (lambda d: entry(d).update(archs=["sm_80"]),

@@ -1,0 +1,54 @@
+"""build/tu-stats.json is a cache of measured TU costs: a file this driver did not write
+counts as no recorded stats, said once, and never stops a build or a dry run."""
+
+import json
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from flashbuild.memory import Stats
+
+MALFORMED = {
+    "not JSON": "{ garbage",
+    "a list": "[]",
+    "a TU that is a number": '{"k@sm_90a": 5}',
+    "a peak that is a string": '{"k@sm_90a": {"peak_rss_kb": "big", "wall_s": 1.0}}',
+    "a peak that is a float": '{"k@sm_90a": {"peak_rss_kb": 1.5, "wall_s": 1.0}}',
+    "a wall time that is a string": '{"k@sm_90a": {"peak_rss_kb": 100, "wall_s": "slow"}}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_stats_count_as_none_and_are_noted_once(tmp_path, capsys, case):
+    (tmp_path / "tu-stats.json").write_text(MALFORMED[case])
+    stats = Stats(tmp_path)
+    assert stats.read() == {} and stats.peaks() == {} and Stats(tmp_path).peaks() == {}
+    out = capsys.readouterr().out
+    assert out.count("is not a TU stats file") == 1
+    assert "memory_estimates_gb" in out
+
+
+def test_next_compile_rewrites_malformed_stats(tmp_path):
+    (tmp_path / "tu-stats.json").write_text("[]")
+    entry = SimpleNamespace(archs=("sm_90a",))
+    Stats(tmp_path).record(entry, [SimpleNamespace(name="k", cached=False, wall_s=2.0, peak_rss_kb=100)])
+    assert json.loads((tmp_path / "tu-stats.json").read_text()) == {"k@sm_90a": {"peak_rss_kb": 100, "wall_s": 2.0}}
+    assert Stats(tmp_path).peaks() == {"k@sm_90a": 100 * 1024}
+
+
+def test_dry_run_with_malformed_stats_plans_from_matrix_defaults(repo, tmp_path):
+    """Through `python3 -m invoke` in a copy of the repository whose build/ is its own."""
+    shutil.copy(repo / "tasks.py", tmp_path / "tasks.py")
+    for name in ("flashbuild", "matrix.yaml", "src"):
+        (tmp_path / name).symlink_to(repo / name)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "tu-stats.json").write_text('{"fa2_fwd_hdim64_fp16_sm90@sm_90a": 5}')
+    result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--dry-run"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode == 0
+    assert result.stdout.count("tu-stats.json is not a TU stats file") == 1
+    assert "(matrix default)" in result.stdout and "(recorded)" not in result.stdout
