@@ -97,8 +97,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         raise ConfigError(f"kernels/ does not match matrix.yaml: {', '.join(stale[:5])}",
                           fix="run `invoke generate` and commit kernels/")
     started = time.monotonic()
+    client = docker_client()  # before the downloads: no engine should cost no fetch
     fetched = fetch_sources(paths, local, offline, only=plan.sources_needed)
-    client = docker_client()
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
