@@ -31,6 +31,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the pipeline's kernel records and registry generator (stdlib only)
+from flashbuild.kernelgen import registry_text  # noqa: E402
+from flashbuild.plan import KernelTU  # noqa: E402
 FLASHINFER = "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
 # What the SM90 and host TUs include from the pinned upstreams (archive name -> repo path).
@@ -95,11 +98,9 @@ def table_of(variant: str, library: dict) -> dict:
     return {**library, **TABLES[variant]}
 
 
-def kernel_file(fp8: bool, head_dim: int, causal: bool) -> Path:
-    suffix = "_causal" if causal else ""
-    name = f"sm90_fp8_prefill_hdim{head_dim}_e4m3_to_bf16{suffix}_sm90.cu" if fp8 else \
-        f"sm90_prefill_hdim{head_dim}_bf16{suffix}_sm90.cu"
-    return REPO / "kernels" / name
+def kernel_tu(fp8: bool, head_dim: int, causal: bool) -> KernelTU:
+    """The pipeline's TU for a variant kernel (bf16 output; FP8 inputs for the FP8 family)."""
+    return KernelTU("sm90_fp8_prefill" if fp8 else "sm90_prefill", head_dim, "bf16", causal)
 
 
 def override_header(table: dict) -> str:
@@ -112,18 +113,9 @@ def override_header(table: dict) -> str:
     return "\n".join(lines)
 
 
-REGISTRY_MACROS = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL")
-
-
 def registry(kernels) -> str:
-    """kernel_registry.inc in the pipeline's self-contained form: every family macro defaults to
-    empty (each includer defines its own) and is undefined at the end. Only SM90 kernels here."""
-    rows = [f"#ifndef {m}\n#define {m}(a, b, c, d)\n#endif" for m in REGISTRY_MACROS]
-    for fp8, hd, causal in kernels:
-        in_dtype = "FAS_DTYPE_E4M3" if fp8 else "FAS_DTYPE_BF16"
-        rows.append(f"FAS_SM90_PREFILL({in_dtype}, FAS_DTYPE_BF16, {hd}, {str(causal).lower()})")
-    rows += [f"#undef {m}" for m in REGISTRY_MACROS]
-    return "\n".join(rows) + "\n"
+    """The build's kernel_registry.inc, written by the pipeline's own generator."""
+    return registry_text([kernel_tu(*key) for key in kernels])
 
 
 def pack(archive: Path) -> None:
@@ -173,9 +165,10 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         mine = []
         for key in kernels:
             q, kv, stages = table[key]
-            obj = objects / f"{kernel_file(*key).stem}_q{q}_kv{kv}_s{stages}.o"
+            source = REPO / kernel_tu(*key).source
+            obj = objects / f"{source.stem}_q{q}_kv{kv}_s{stages}.o"
             jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
-                                            str(kernel_file(*key))])
+                                            str(source)])
             mine.append(obj)
         # The schedule reads the tile table: one object per variant.
         plan_obj = objects / f"sm90_schedule_{variant}.o"

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import CompileError
 from .families import CODE_PATHS, FAMILIES, Family, Upstream
-from .options import Entry, Matrix
+
+if TYPE_CHECKING:  # annotations only: bench/tune_tiles.py uses KernelTU without the YAML stack
+    from .options import Entry, Matrix
 
 HOST_SUFFIXES = (".cu", ".cpp")
 # Plain C, linked into the library and the test binary (see the file).

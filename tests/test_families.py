@@ -116,3 +116,10 @@ def test_families_sharing_a_registry_macro_agree_on_its_parameters():
     for family in families.FAMILIES.values():
         assert seen.setdefault(family.registry_macro, family.registry_params) == family.registry_params
         assert family.api_path in families.CODE_PATHS
+
+
+def test_every_family_is_served_by_a_host_code_folder_that_exists(repo):
+    for family in families.FAMILIES.values():
+        assert family.api_path in families.CODE_PATHS, family.name
+        folder = repo / families.CODE_PATHS[family.api_path].folder
+        assert any(folder.glob("*.c*")), f"{family.name}: {folder} holds no host source"

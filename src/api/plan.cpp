@@ -53,6 +53,17 @@ fas_status check_plan(const fas_plan* plan) {
     return FAS_SUCCESS;
 }
 
+// A plan runs and is released on its own device, the calling thread's current one.
+fas_status check_plan_device(const fas_plan* plan, const char* call) {
+    int device = 0;
+    const cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+    if (device == plan->device) return FAS_SUCCESS;
+    return fail(FAS_ERROR_INVALID_ARGUMENT,
+                concat("the current device is ", device, " but the plan was made on device ", plan->device,
+                       "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
+}
+
 // The plan's layout from its arguments and host offsets (already checked), validated.
 fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, Layout* layout) {
     const int batch_size = args.batch_size;
@@ -182,14 +193,8 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     std::memcpy(&args, user_args, sizeof(args));
     status = check_tensors(plan->layout, args.q, args.k, args.v, args.out, args.softmax_lse);
     if (status != FAS_SUCCESS) return status;
-    int device = 0;
-    const cudaError_t error = cudaGetDevice(&device);
-    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
-    if (device != plan->device) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("the current device is ", device, " but the plan was made on device ", plan->device,
-                           "; call cudaSetDevice(", plan->device, ") before fas_plan_run, or make a plan per device"));
-    }
+    status = check_plan_device(plan, "fas_plan_run");
+    if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
     if (plan->sm90 != nullptr) {
@@ -211,20 +216,14 @@ fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
     if (plan == nullptr) return FAS_SUCCESS;
     fas_status status = check_plan(plan);
     if (status != FAS_SUCCESS) return status;
-    int device = 0;
-    cudaError_t error = cudaGetDevice(&device);
-    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
-    if (device != plan->device) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("the plan was made on device ", plan->device, " but device ", device,
-                           " is current; call cudaSetDevice(", plan->device, ") before fas_plan_destroy_async"));
-    }
+    status = check_plan_device(plan, "fas_plan_destroy_async");
+    if (status != FAS_SUCCESS) return status;
     if (plan->sm90 != nullptr) {
         status = fas_sm90::retire_plan(plan->sm90.get(), stream);
         if (status != FAS_SUCCESS) return status;
     } else {
         // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
-        error = cudaStreamSynchronize(stream);
+        const cudaError_t error = cudaStreamSynchronize(stream);
         if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize before freeing the FA2 plan");
     }
     delete plan;
