@@ -54,6 +54,14 @@ class Family(enum.IntEnum):
 
     FA2 = 0
     SM90 = 1
+    PAGED = 2
+
+
+class KvLayout(enum.IntEnum):
+    """fas_kv_layout"""
+
+    VARLEN = 0
+    PAGED = 1
 
 
 class LseLayout(enum.IntEnum):
@@ -68,6 +76,7 @@ ENUMS = {
     "fas_status": (Status, "FAS_"),
     "fas_dtype": (Dtype, "FAS_DTYPE_"),
     "fas_family": (Family, "FAS_FAMILY_"),
+    "fas_kv_layout": (KvLayout, "FAS_KV_"),
     "fas_lse_layout": (LseLayout, "FAS_LSE_"),
 }
 
@@ -125,6 +134,9 @@ class PlanArgs(_Sized):
         ("v_row_stride", ctypes.c_int64), ("out_row_stride", ctypes.c_int64),
         ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int), ("disable_sm90", ctypes.c_int),
         ("stream", ctypes.c_void_p), ("out_dtype", ENUM_CTYPE),
+        ("kv_layout", ENUM_CTYPE), ("kv_lengths", ctypes.c_void_p), ("page_size", ctypes.c_int),
+        ("num_pages", ctypes.c_int), ("k_page_stride", ctypes.c_int64), ("v_page_stride", ctypes.c_int64),
+        ("page_indices_host", ctypes.c_void_p),
     ]
 
 
@@ -136,6 +148,7 @@ class PlanRunArgs(_Sized):
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
         ("softmax_lse", ctypes.c_void_p), ("stream", ctypes.c_void_p),
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
+        ("page_indices", ctypes.c_void_p),
     ]
 
 
@@ -147,6 +160,8 @@ class PlanInfo(_Sized):
         ("kernel_head_dim", ctypes.c_int), ("lse_layout", ENUM_CTYPE), ("total_q", ctypes.c_int),
         ("total_k", ctypes.c_int), ("device", ctypes.c_int), ("device_bytes", ctypes.c_size_t),
         ("sm90_unused_reason", ctypes.c_char_p),
+        ("kv_splits", ctypes.c_int), ("packed_gqa", ctypes.c_int), ("query_tile_rows", ctypes.c_int),
+        ("num_ctas", ctypes.c_int), ("total_pages", ctypes.c_int),
     ]
 
 

@@ -85,6 +85,7 @@ CODE_PATHS = {
         CodePath("api", "src/api", None),  # the exported functions, status, layout, registry view
         CodePath("fa2", "src/fa2", FLASH_ATTN),  # the only code that includes FA2's headers
         CodePath("sm90", "src/sm90", None),  # SM90 planner and launches through fas_sm90::launch_ragged
+        CodePath("paged", "src/paged", None),  # paged-KV planner and launches through fas_paged::launch_paged
     )
 }
 
@@ -191,11 +192,54 @@ def _sm90_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.input_dtype].api, DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
 
+def _paged_template_args(tu) -> str:
+    """<Dtype, HeadDim, Causal, TileQ> of fas_paged::launch_paged (fas_dtype value; TileQ: the family's
+    query tile rows)."""
+    return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}, {PAGED_TILE_Q[tu.family]}"
+
+
+def render_paged(tu) -> str:
+    args = _paged_template_args(tu)
+    return "\n".join([
+        KERNEL_HEADER.rstrip("\n"),
+        f"// FlashInfer batch attention over a paged KV cache: {tu.dtype}, head dim {tu.head_dim}, "
+        f"{_causal_word(tu)}, {PAGED_TILE_Q[tu.family]}-row query tiles. Exactly one kernel (and its merge).",
+        '#include "paged/launch.cuh"',
+        "",
+        "namespace fas_paged {",
+        "",
+        "template <>",
+        f"cudaError_t launch_paged<{args}>(const LaunchArgs& args, cudaStream_t stream) {{",
+        f"    return run<{args}>(args, stream);",
+        "}",
+        "",
+        "template <>",
+        f"cudaError_t occupancy_paged<{args}>(int* ctas_per_sm) {{",
+        f"    return occupancy<{args}>(ctas_per_sm);",
+        "}",
+        "",
+        "}  // namespace fas_paged",
+        "",
+    ])
+
+
+def _paged_symbol(tu) -> str:
+    return f"fas_paged::launch_paged<{_paged_template_args(tu)}>"
+
+
+def _paged_args(tu) -> tuple[str, ...]:
+    return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal), str(PAGED_TILE_Q[tu.family]))
+
+
 OUTPUT_DTYPES = ("fp16", "bf16")
 FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shapes for
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
+PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal", "TileQ")
+# Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
+# (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
+PAGED_TILE_Q = {"paged_decode": 16, "paged_prefill": 64}
 
 FAMILIES = {
     family.name: family
@@ -223,6 +267,18 @@ FAMILIES = {
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
+        ),
+        Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
+            name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",
+            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_paged, symbol=_paged_symbol,
+            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
+        ),
+        Family(
+            name="paged_prefill", upstream=FLASHINFER_SM90, api_path="paged",
+            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_paged, symbol=_paged_symbol,
+            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
         ),
     )
 }

@@ -14,16 +14,18 @@ def names(repo, matrix):
     return [tu.name for e in plan.entries for tu in e.kernels]
 
 
-def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_both_families(repo):
+def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_every_family(repo):
     got = set(names(repo, "minimal"))
-    want = {f"{family}_hdim{h}_{d}{c}_sm90" for family in ("fa2_fwd", "sm90_prefill")
+    want = {f"{family}_hdim{h}_{d}{c}_sm90" for family in ("fa2_fwd", "sm90_prefill", "paged_prefill")
             for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
+    want |= {f"paged_decode_hdim{h}_{d}_causal_sm90" for h in (64, 128) for d in ("fp16", "bf16")}
     assert got == want
 
 
-def test_full_has_every_fa2_config_and_the_sm90_families_with_fp8(repo):
+def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo):
     got = names(repo, "full")
-    assert len(got) == 6 * 2 * 2 * 2 + 3 * 2 * 2 + 3 * 2 * 2
+    assert len(got) == 6 * 2 * 2 * 2 + 3 * 2 * 2 + 3 * 2 * 2 + 3 * 2 + 3 * 2 * 2
+    assert "paged_decode_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_split_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_hdim32_fp16_sm90" in got
     assert "sm90_prefill_hdim256_bf16_sm90" in got
@@ -31,7 +33,7 @@ def test_full_has_every_fa2_config_and_the_sm90_families_with_fp8(repo):
 
 
 def test_hopper_check_is_what_full_adds_on_hopper_beyond_minimal(repo):
-    sm90 = {n for n in names(repo, "full") if n.startswith("sm90")}
+    sm90 = {n for n in names(repo, "full") if n.startswith(("sm90", "paged"))}
     assert set(names(repo, "hopper-check")) == sm90 - set(names(repo, "minimal"))
 
 
@@ -47,6 +49,7 @@ def test_symbols_are_the_demangled_instantiations(repo):
         "flash::run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>"
     assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 1, 128, true>"
     assert symbols["sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90"] == "fas_sm90::launch_ragged<2, 0, 256, false>"
+    assert symbols["paged_prefill_hdim64_fp16_sm90"] == "fas_paged::launch_paged<0, 64, false, 64>"
 
 
 def test_estimates_prefer_recorded_peaks(repo):
@@ -98,7 +101,7 @@ def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "entry minimal-cuda12.4-sm90a" in out
-    assert "16 kernel TU(s)" in out
+    assert "28 kernel TU(s)" in out
     assert "sm90_prefill_hdim64_fp16_sm90" in out
     assert "fa2_fwd_hdim128_bf16_causal_sm90" in out
     assert "budget:" in out and "concurrency: up to" in out

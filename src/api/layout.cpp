@@ -168,10 +168,15 @@ fas_status check_tensors(const Layout& layout, const void* q, const void* k, con
     const size_t in_bytes = element_bytes(layout.dtype);
     const Extent out_extent =
         tensor_extent(out, q_rows, layout.out_row_stride, q_width, element_bytes(layout.out_dtype), "out");
+    // A paged cache is one span (pages may be strided apart and interleave with the other cache).
+    const auto kv_extent = [&](const void* base, int64_t span, int64_t stride, const char* name) {
+        return span > 0 ? tensor_extent(base, 1, span, span, in_bytes, name)
+                        : tensor_extent(base, k_rows, stride, k_width, in_bytes, name);
+    };
     const Extent inputs[] = {
         tensor_extent(q, q_rows, layout.q_row_stride, q_width, in_bytes, "q"),
-        tensor_extent(k, k_rows, layout.k_row_stride, k_width, in_bytes, "k"),
-        tensor_extent(v, k_rows, layout.v_row_stride, k_width, in_bytes, "v"),
+        kv_extent(k, layout.k_span_elements, layout.k_row_stride, "k"),
+        kv_extent(v, layout.v_span_elements, layout.v_row_stride, "v"),
     };
     for (const Extent& input : inputs) {
         if (overlaps(out_extent, input)) {

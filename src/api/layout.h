@@ -35,6 +35,9 @@ struct Layout {
     // sees the offsets only on the device). Plans know both from their host offsets.
     int total_q = 0;
     int total_k = 0;
+    // Paged KV caches: elements each cache spans from its base pointer (0 = rows as above).
+    int64_t k_span_elements = 0;
+    int64_t v_span_elements = 0;
 };
 
 // The fields fas_fwd_args and fas_plan_args share, copied as the caller set them.

@@ -1,23 +1,30 @@
-// fas_plan: validation of a plan's layout (host offsets), the family choice, and dispatch of
-// runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h).
+// fas_plan: validation of a plan's layout (host offsets, the KV cache), the family choice, and
+// dispatch of runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h, paged/paged.h).
 #include "api/plan.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "api/device.h"
+#include "api/kv_cache.h"
 #include "api/layout.h"
 #include "api/registry.h"
 #include "api/status.h"
 #include "fa2/plan.h"
+#include "paged/paged.h"
 #include "sm90/sm90.h"
 
 namespace {
 
 constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
 constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
+// Varlen plans whose sequences all have at most this many queries (decode, speculative decoding)
+// go to the paged family, which packs a KV head's query heads into one tile and splits the KV.
+constexpr int kMaxDecodeQueries = 8;
+constexpr int64_t kMaxPagedStride = (int64_t{1} << 32) - 1;
 
 }  // namespace
 
@@ -30,6 +37,7 @@ struct fas_plan {
     std::string sm90_unused_reason;
     std::unique_ptr<fas_sm90::Plan> sm90;
     std::unique_ptr<fas_fa2::Plan> fa2;
+    std::unique_ptr<fas_paged::Plan> paged;
 
     ~fas_plan() { magic = kDeadPlanMagic; }
 };
@@ -64,8 +72,8 @@ fas_status check_plan_device(const fas_plan* plan, const char* call) {
                        "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
 }
 
-// The plan's layout from its arguments and host offsets (already checked), validated.
-fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, Layout* layout) {
+// The plan's layout from its arguments, host offsets and KV cache, validated.
+fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, KvCache* kv, Layout* layout) {
     const int batch_size = args.batch_size;
     Layout& l = *layout;
     l.dtype = args.dtype;
@@ -73,16 +81,19 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, L
     l.varlen = true;
     copy_shared_fields(args, layout);
     l.max_seqlen_q = max_length(args.cu_seqlens_q, batch_size);
-    l.max_seqlen_k = max_length(args.cu_seqlens_k, batch_size);
     l.total_q = args.cu_seqlens_q[batch_size];
-    l.total_k = args.cu_seqlens_k[batch_size];
+    if (const fas_status status = read_kv_cache(args, kv, layout); status != FAS_SUCCESS) return status;
     if (l.max_seqlen_q == 0 || l.max_seqlen_k == 0) {
         const bool no_queries = l.max_seqlen_q == 0;
         return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("the layout has ", no_queries ? "no query rows" : "no keys", " (every sequence of cu_seqlens_",
-                           no_queries ? "q" : "k", " is empty); nothing to plan"));
+                    concat("the layout has ", no_queries ? "no query rows" : "no keys", " (every sequence of ",
+                           no_queries ? "cu_seqlens_q" : kv->paged ? "kv_lengths" : "cu_seqlens_k",
+                           " is empty); nothing to plan"));
     }
     if (const fas_status status = resolve_layout(layout); status != FAS_SUCCESS) return status;
+    if (kv->paged) {
+        if (const fas_status status = resolve_paged_strides(args, kv, layout); status != FAS_SUCCESS) return status;
+    }
     if (l.dtype == FAS_DTYPE_E4M3) {
         // TMA moves 16-byte units: a row of 1-byte elements must start 16-byte aligned.
         const std::pair<int64_t, const char*> fp8_strides[] = {
@@ -98,17 +109,55 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, L
     return FAS_SUCCESS;
 }
 
+// Why the paged family cannot serve the plan ("" if it can, with *kernel and *request set).
+std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const fas_plan_args& args,
+                                  const DeviceProps& device, const fas_paged::Kernel** kernel,
+                                  fas_paged::PlanRequest* request) {
+    if (!device.is_sm90()) {
+        return concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
+                      "; the paged kernels are built for 9.0");
+    }
+    if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q, k and v (FP8 KV caches: not yet)";
+    const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
+    if (layout.out_row_stride != out_width) {
+        return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
+                      out_width, " elements per row): pass 0");
+    }
+    std::string why;
+    *kernel = fas_paged::choose_kernel(layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+                                       layout.num_heads_q / layout.num_heads_k, &why);
+    if (*kernel == nullptr) return why;
+    request->cu_seqlens_q = args.cu_seqlens_q;
+    request->batch_size = layout.batch_size;
+    if (kv.paged) {
+        request->kv_lengths = kv.kv_lengths;
+        request->page_size = kv.page_size;
+        request->k_page_stride = kv.k_page_stride;
+        request->v_page_stride = kv.v_page_stride;
+        return std::string();
+    }
+    // Contiguous KV as pages of the largest power of two that every sequence's first row allows.
+    request->cu_seqlens_k = kv.cu_seqlens_k;
+    request->page_size = fas_paged::contiguous_page_size(kv.cu_seqlens_k, layout.batch_size);
+    request->k_page_stride = request->page_size * layout.k_row_stride;
+    request->v_page_stride = request->page_size * layout.v_row_stride;
+    if (std::max(request->k_page_stride, request->v_page_stride) > kMaxPagedStride) {
+        return "the K/V row strides are too large for the paged kernels' 32-bit strides";
+    }
+    return std::string();
+}
+
 }  // namespace
 
 fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
-    if (const fas_status status = check_args_struct(user_args, "fas_plan_args", "fas_plan_args_init()");
+    fas_plan_args args;
+    if (const fas_status status = read_args_struct(user_args, offsetof(fas_plan_args, kv_layout), "fas_plan_args",
+                                                   "fas_plan_args_init()", &args);
         status != FAS_SUCCESS) {
         return status;
     }
-    fas_plan_args args;
-    std::memcpy(&args, user_args, sizeof(args));
     const bool fp8 = args.dtype == FAS_DTYPE_E4M3;
     if (!fp8 && !is_16bit_dtype(args.dtype)) return fail_bad_dtype(args.dtype);
     if (fp8 && !is_16bit_dtype(args.out_dtype)) {
@@ -123,10 +172,9 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     }
     fas_status status = check_host_offsets(args.cu_seqlens_q, args.batch_size, "cu_seqlens_q");
     if (status != FAS_SUCCESS) return status;
-    status = check_host_offsets(args.cu_seqlens_k, args.batch_size, "cu_seqlens_k");
-    if (status != FAS_SUCCESS) return status;
     Layout layout;
-    status = resolve_plan_layout(args, out_dtype, &layout);
+    KvCache kv;
+    status = resolve_plan_layout(args, out_dtype, &kv, &layout);
     if (status != FAS_SUCCESS) return status;
 
     DeviceProps device{};
@@ -136,10 +184,35 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     status = check_device(device_index, &device);
     if (status != FAS_SUCCESS) return status;
 
-    // Family choice: SM90 where a kernel is built for the request and the layout fits it.
+    // Family choice: paged caches and decode-shaped varlen plans take the paged family; the
+    // rest SM90 where a kernel is built for the request and the layout fits it, else FA2.
+    const fas_paged::Kernel* paged_kernel = nullptr;
+    fas_paged::PlanRequest paged_request{};
+    if (kv.paged || (layout.max_seqlen_q <= kMaxDecodeQueries && args.disable_sm90 == 0)) {
+        const std::string why = paged_unusable_reason(layout, kv, args, device, &paged_kernel, &paged_request);
+        if (kv.paged && !why.empty()) {
+            return fail(device.is_sm90() ? FAS_ERROR_NOT_BUILT : FAS_ERROR_UNSUPPORTED_DEVICE,
+                        concat("a paged KV cache runs only on the paged family, which cannot serve this plan: ", why));
+        }
+        if (!why.empty()) paged_kernel = nullptr;
+    }
+    if (paged_kernel != nullptr) {
+        std::unique_ptr<fas_plan> plan(new fas_plan());
+        plan->device = device_index;
+        plan->layout = layout;
+        status = fas_paged::create_plan(layout, paged_kernel, paged_request, device, &plan->paged);
+        if (status != FAS_SUCCESS) return status;
+        plan->family = FAS_FAMILY_PAGED;
+        plan->kernel_head_dim = paged_kernel->head_dim;
+        plan->sm90_unused_reason = kv.paged ? "the plan reads a paged KV cache (paged family)"
+                                            : concat("every sequence has at most ", kMaxDecodeQueries,
+                                                     " queries: decode-shaped plans take the paged family");
+        *plan_out = plan.release();
+        return FAS_SUCCESS;
+    }
     std::string sm90_reason;
     const fas_sm90::Kernel* sm90_kernel = nullptr;
-    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, args.cu_seqlens_k, layout.batch_size,
+    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, kv.cu_seqlens_k, layout.batch_size,
                                                layout.num_heads_q, layout.num_heads_k, layout.head_dim,
                                                layout.causal, fp8, device.sm_count};
     if (args.disable_sm90 != 0) {
@@ -187,16 +260,20 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     fas_status status = check_plan(plan);
     if (status != FAS_SUCCESS) return status;
-    status = check_args_struct(user_args, "fas_plan_run_args", "fas_plan_run_args_init()");
-    if (status != FAS_SUCCESS) return status;
     fas_plan_run_args args;
-    std::memcpy(&args, user_args, sizeof(args));
+    status = read_args_struct(user_args, offsetof(fas_plan_run_args, page_indices), "fas_plan_run_args",
+                              "fas_plan_run_args_init()", &args);
+    if (status != FAS_SUCCESS) return status;
     status = check_tensors(plan->layout, args.q, args.k, args.v, args.out, args.softmax_lse);
     if (status != FAS_SUCCESS) return status;
     status = check_plan_device(plan, "fas_plan_run");
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
+    if (plan->paged != nullptr) {
+        return fas_paged::run_plan(*plan->paged, args.q, args.k, args.v, args.out, args.softmax_lse, args.page_indices,
+                                   args.stream);
+    }
     if (plan->sm90 != nullptr) {
         return fas_sm90::run_plan(*plan->sm90, args.q, args.k, args.v, args.out, args.softmax_lse, args.q_descale,
                                   args.k_descale, args.v_descale, args.stream);
@@ -221,6 +298,9 @@ fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
     if (plan->sm90 != nullptr) {
         status = fas_sm90::retire_plan(plan->sm90.get(), stream);
         if (status != FAS_SUCCESS) return status;
+    } else if (plan->paged != nullptr) {
+        status = fas_paged::retire_plan(plan->paged.get(), stream);
+        if (status != FAS_SUCCESS) return status;
     } else {
         // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
         const cudaError_t error = cudaStreamSynchronize(stream);
@@ -234,25 +314,36 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
     fas_status status = check_plan(plan);
     if (status != FAS_SUCCESS) return status;
     if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_plan_info to fill");
-    if (info->struct_size < sizeof(fas_plan_info)) {
+    const size_t first_version = offsetof(fas_plan_info, kv_splits);
+    if (info->struct_size < first_version) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("info->struct_size is ", info->struct_size, " but this library needs at least ",
-                           sizeof(fas_plan_info), "; set it to sizeof(fas_plan_info)"));
+                    concat("info->struct_size is ", info->struct_size, " but even the first version of fas_plan_info has ",
+                           first_version, " bytes; set it to sizeof(fas_plan_info)"));
     }
+    const size_t caller_size = std::min(info->struct_size, sizeof(fas_plan_info));
     fas_plan_info filled;
     std::memset(&filled, 0, sizeof(filled));
-    filled.struct_size = sizeof(filled);
+    filled.struct_size = caller_size;
     filled.family = plan->family;
     filled.family_name = family_name(plan->family);
     filled.kernel_head_dim = plan->kernel_head_dim;
-    filled.lse_layout = plan->family == FAS_FAMILY_SM90 ? FAS_LSE_TOKEN_MAJOR : FAS_LSE_HEAD_MAJOR;
+    filled.lse_layout = plan->family == FAS_FAMILY_FA2 ? FAS_LSE_HEAD_MAJOR : FAS_LSE_TOKEN_MAJOR;
     filled.total_q = plan->layout.total_q;
     filled.total_k = plan->layout.total_k;
     filled.device = plan->device;
-    filled.device_bytes =
-        plan->sm90 != nullptr ? fas_sm90::schedule_device_bytes(plan->sm90->schedule) : plan->fa2->device_bytes;
+    filled.device_bytes = plan->sm90 != nullptr    ? fas_sm90::schedule_device_bytes(plan->sm90->schedule)
+                          : plan->paged != nullptr ? plan->paged->block->bytes
+                                                   : plan->fa2->device_bytes;
     filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
-    std::memcpy(info, &filled, sizeof(filled));
+    if (plan->paged != nullptr) {
+        const fas_paged::Plan& paged = *plan->paged;
+        filled.kv_splits = paged.kv_splits;
+        filled.packed_gqa = paged.group;
+        filled.query_tile_rows = paged.kernel->tile_q;
+        filled.num_ctas = paged.args.num_ctas;
+        filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
+    }
+    std::memcpy(info, &filled, caller_size);
     return FAS_SUCCESS;
 }
 

@@ -1,17 +1,20 @@
-// Capability queries over every family's kernel list.
+// Capability queries over every family's kernel list (FA2, SM90, paged, in that order).
 #include "api/registry.h"
 
 #include "api/device.h"
 #include "api/layout.h"
 #include "api/status.h"
 #include "fa2/fa2.h"
+#include "paged/paged.h"
 #include "sm90/sm90.h"
 
 namespace fas {
 
-int num_kernels() { return fas_fa2::num_kernels() + fas_sm90::num_kernels(); }
+int num_kernels() { return fas_fa2::num_kernels() + fas_sm90::num_kernels() + fas_paged::num_kernels(); }
 
-const char* family_name(fas_family family) { return family == FAS_FAMILY_SM90 ? "sm90" : "fa2"; }
+const char* family_name(fas_family family) {
+    return family == FAS_FAMILY_SM90 ? "sm90" : family == FAS_FAMILY_PAGED ? "paged" : "fa2";
+}
 
 fas_status kernel_info(int index, fas_kernel_info* info) {
     if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_kernel_info to fill");
@@ -28,6 +31,14 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = entry.split_kv ? 1 : 0;
         info->family = family_name(FAS_FAMILY_FA2);
+        info->out_dtype = entry.dtype;
+    } else if (index >= fas_fa2::num_kernels() + fas_sm90::num_kernels()) {
+        const fas_paged::Kernel& entry = fas_paged::kernel(index - fas_fa2::num_kernels() - fas_sm90::num_kernels());
+        info->dtype = entry.dtype;
+        info->head_dim = entry.head_dim;
+        info->causal = entry.causal ? 1 : 0;
+        info->split_kv = 1;  // decode-oriented: splits long KVs across CTAs
+        info->family = family_name(FAS_FAMILY_PAGED);
         info->out_dtype = entry.dtype;
     } else {
         const fas_sm90::Kernel& entry = fas_sm90::kernel(index - fas_fa2::num_kernels());

@@ -1,5 +1,5 @@
 // The kernels of this build across families, as the capability queries report them: FA2's
-// first, then SM90's, each in registry order (kernel_registry.inc).
+// first, then SM90's, then the paged family's, each in registry order (kernel_registry.inc).
 #ifndef FAS_API_REGISTRY_H
 #define FAS_API_REGISTRY_H
 

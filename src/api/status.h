@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <sstream>
@@ -59,6 +61,26 @@ fas_status check_args_struct(const Args* args, const char* type_name, const char
                     concat("args->struct_size is ", args->struct_size, " but this library needs at least ",
                            sizeof(Args), " (sizeof(", type_name, ")); initialise the struct with ", initialiser));
     }
+    return FAS_SUCCESS;
+}
+
+// A size-prefixed struct of any version from the first on (first_version_bytes: the offset of
+// the first appended field): copies what the caller's struct_size covers into *out and zeroes
+// the fields appended after it, so that older callers keep working and nothing is read past
+// what they allocated.
+template <typename Args>
+fas_status read_args_struct(const Args* args, size_t first_version_bytes, const char* type_name,
+                            const char* initialiser, Args* out) noexcept {
+    if (args == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat("args is NULL; pass a ", type_name, " set up with ", initialiser));
+    }
+    if (args->struct_size < first_version_bytes) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("args->struct_size is ", args->struct_size, " but even the first version of ", type_name,
+                           " has ", first_version_bytes, " bytes; initialise the struct with ", initialiser));
+    }
+    std::memset(static_cast<void*>(out), 0, sizeof(Args));
+    std::memcpy(static_cast<void*>(out), args, std::min(args->struct_size, sizeof(Args)));
     return FAS_SUCCESS;
 }
 

@@ -5,6 +5,10 @@
  *   "sm90" - Hopper-native (FA3-class) varlen prefill kernels: FlashInfer's SM90 ragged prefill
  *            kernels (warp-specialized, TMA + wgmma, persistent), fp16/bf16 and FP8 e4m3
  *            inputs, reached through the plan API.
+ *   "paged" - FlashInfer's tensor-core batch attention over a paged KV cache (query heads of one
+ *            KV head packed into the rows of one tile, the KV split across CTAs and merged when
+ *            the batch alone does not fill the GPU): decode (1-8 query tokens per sequence)
+ *            and prefill over cached pages, reached through the plan API (see PAGED KV CACHE).
  *
  * This header is the API documentation.
  *
@@ -109,6 +113,10 @@
  *   fas_plan_create(args, &plan) takes the batch layout with the offsets in HOST memory
  *   (cu_seqlens_q / cu_seqlens_k of fas_plan_args), the heads, head_dim, strides, scale, causal
  *   flag and dtype, and chooses the family:
+ *     PAGED for a paged KV cache (only this family reads one), and for a varlen plan whose
+ *          sequences all have at most 8 queries (decode) when a paged kernel of exactly this
+ *          (dtype, head_dim) is built, the device has compute capability 9.0, out is
+ *          contiguous and args->disable_sm90 is 0 (see PAGED KV CACHE);
  *     SM90 if the current device has compute capability 9.0, an SM90 kernel of exactly this
  *          (dtype, head_dim, causal) is built, args->disable_sm90 is 0, and the layout suits it
  *          (every sequence with queries has keys; a causal sequence has no more queries than
@@ -170,11 +178,50 @@
  *           converts it from log2 to natural log in place with one small extra kernel).
  *   total_q is cu_seqlens_q[batch_size] (rows of q addressed from its base pointer).
  *
+ * PAGED KV CACHE (plans; fas_plan_args.kv_layout = FAS_KV_PAGED)
+ *   k and v of each run then point at the key and value caches:
+ *     k, v : [num_pages, page_size, num_heads_k, head_dim]   (the layout of vLLM and FlashInfer)
+ *   Within a page, token t of page p starts at element p * page_stride + t * row_stride; the
+ *   heads of a token are contiguous, head_dim elements each. k_row_stride / v_row_stride are the
+ *   row strides (0 = num_heads_k * head_dim) and k_page_stride / v_page_stride the page strides
+ *   (0 = page_size * row stride), so K and V may also be two views of one buffer (e.g. FlashInfer's
+ *   [num_pages, 2, page_size, heads, head_dim]: page stride 2 * page_size * heads * head_dim, v =
+ *   k + page_size * heads * head_dim). Strides are multiples of 8 elements and below 2^32.
+ *   page_size is any value >= 1 (1, 16, 32, 64, 128, 256 ... need no power of two).
+ *
+ *   The page table is CSR, as FlashInfer takes it: sequence i owns
+ *   pages(i) = ceil(kv_lengths[i] / page_size) pages, listed in order in the DEVICE array
+ *   fas_plan_run_args.page_indices at entries first(i) .. first(i) + pages(i) - 1, where
+ *   first(i) = pages(0) + ... + pages(i-1); its last page holds kv_lengths[i] - (pages(i)-1) *
+ *   page_size keys. fas_plan_info.total_pages = first(batch_size) is the array's length. A vLLM /
+ *   FA3 block table [batch, max_pages_per_seq] converts by concatenating each row's first
+ *   pages(i) entries (on the device: one gather, or cudaMemcpy2DAsync when every sequence has
+ *   the same page count).
+ *   The plan captures the lengths (kv_lengths, cu_seqlens_q), page_size, the strides and
+ *   num_pages, never the page ids: a plan made for one step may run with a different
+ *   page_indices array (or the same array rewritten) as long as every sequence keeps its
+ *   lengths. Page ids must be in [0, num_pages); the device array is not checked (pass
+ *   page_indices_host at creation to have the plan check a host copy once).
+ *   Queries are in the varlen layout (cu_seqlens_q, host, as for every plan); out must be
+ *   contiguous (out_row_stride 0 or num_heads_q * head_dim). Causal masking is bottom-right
+ *   aligned: with sq queries and sk cached keys (the new tokens' keys included), query i sees
+ *   keys 0 .. i + sk - sq. Rows that see no key (sk = 0) get out = 0 and LSE = +infinity.
+ *
+ *   Contiguous (varlen) KV plans whose sequences have at most 8 queries each take the same
+ *   kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
+ *   divides every sequence's first row) and uploads their ids itself.
+ *
+ *   Paged-family plans need an exact head dim (64, 128, 256 where built), fp16/bf16. Their
+ *   runs may write a partial-result buffer the plan owns (fas_plan_info.kv_splits > 1): runs of
+ *   such a plan must be ordered with each other (one stream, or joined with events), unlike
+ *   other plans. The LSE is token-major ([total_q, num_heads_q], FAS_LSE_TOKEN_MAJOR).
+ *
  * ABI
  *   fas_fwd_args begins with struct_size, which must be sizeof(fas_fwd_args) of the header the
  *   caller compiled against. Later versions only append fields; the library reads only the
- *   fields that fit within struct_size and rejects struct_size smaller than this (first)
- *   version of the struct.
+ *   fields that fit within struct_size (the rest count as zero) and rejects struct_size smaller
+ *   than the first version of the struct. The same holds for fas_plan_args, fas_plan_run_args
+ *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it).
  */
 #ifndef FLASH_ATTN_STANDALONE_H
 #define FLASH_ATTN_STANDALONE_H
@@ -281,16 +328,24 @@ typedef struct fas_kernel_info {
     int head_dim;       /* the kernel's head dim; it also serves smaller head_dim requests */
     int causal;         /* 1 = causal variant, 0 = non-causal */
     int split_kv;       /* 1 = split-KV (decode-oriented) variant, 0 = plain forward */
-    const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans) or "sm90" (plans only, exact
-                         * head dim, compute capability 9.0); static string */
+    const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans), "sm90" (plans only, exact
+                         * head dim, compute capability 9.0) or "paged" (plans only, exact head
+                         * dim, 9.0; split_kv = 1; listed once per query tile size); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;
 
 /* Kernel family used by a plan. */
 typedef enum fas_family {
     FAS_FAMILY_FA2 = 0,
-    FAS_FAMILY_SM90 = 1
+    FAS_FAMILY_SM90 = 1,
+    FAS_FAMILY_PAGED = 2 /* tensor-core attention over a paged KV cache; decode (see PAGED KV CACHE) */
 } fas_family;
+
+/* Where a plan's keys and values live. */
+typedef enum fas_kv_layout {
+    FAS_KV_VARLEN = 0, /* k, v in the varlen layout, offsets cu_seqlens_k (the default) */
+    FAS_KV_PAGED = 1   /* k, v are paged caches; lengths kv_lengths (see PAGED KV CACHE) */
+} fas_kv_layout;
 
 /* Layout of the softmax LSE written by a plan run (see PLANS). */
 typedef enum fas_lse_layout {
@@ -326,7 +381,8 @@ typedef struct fas_plan_args {
 
     float softmax_scale; /* > 0, or 0 = 1/sqrt(head_dim) */
     int causal;          /* non-zero = causal mask, bottom-right aligned */
-    int disable_sm90;    /* non-zero = use the FA2 family even where SM90 could serve */
+    int disable_sm90;    /* non-zero = use the FA2 family even where SM90 or the paged family could
+                          * serve a varlen plan (ignored by paged-KV plans) */
 
     /* FA2 plans: stream of the current device for the upload during fas_plan_create, which
      * synchronizes it; 0 = legacy default stream. SM90 plans upload on the library's own
@@ -336,6 +392,20 @@ typedef struct fas_plan_args {
     /* Element type of out when dtype is FAS_DTYPE_E4M3: FAS_DTYPE_FP16 or FAS_DTYPE_BF16.
      * Ignored for fp16/bf16 plans (out has the dtype of q). */
     fas_dtype out_dtype;
+
+    /* ---- appended in 0.2: the paged KV cache (see PAGED KV CACHE) ---- */
+    fas_kv_layout kv_layout; /* FAS_KV_VARLEN (0) or FAS_KV_PAGED */
+    /* FAS_KV_PAGED: HOST array of batch_size key counts (>= 0), the new tokens' keys included;
+     * cu_seqlens_k must then be NULL. Read only during fas_plan_create. */
+    const int32_t* kv_lengths;
+    int page_size;           /* FAS_KV_PAGED: keys per page, >= 1 */
+    int num_pages;           /* FAS_KV_PAGED: pages in each cache (page ids are < num_pages) */
+    int64_t k_page_stride;   /* FAS_KV_PAGED: elements between pages; 0 = page_size * k_row_stride */
+    int64_t v_page_stride;   /* likewise for v */
+    /* FAS_KV_PAGED, optional: a HOST copy of the page ids the runs will use (total_pages
+     * entries, layout of fas_plan_run_args.page_indices); if set, creation checks that each is
+     * in [0, num_pages). NULL = not checked. */
+    const int32_t* page_indices_host;
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */
@@ -355,6 +425,11 @@ typedef struct fas_plan_run_args {
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;
+
+    /* ---- appended in 0.2 ---- */
+    /* Paged plans: DEVICE array of fas_plan_info.total_pages int32 page ids (CSR order, see
+     * PAGED KV CACHE), 4-byte aligned; k and v are then the caches. Ignored otherwise. */
+    const int32_t* page_indices;
 } fas_plan_run_args;
 
 /* What fas_plan_get_info reports. Set struct_size = sizeof(fas_plan_info) before the call. */
@@ -370,6 +445,14 @@ typedef struct fas_plan_info {
     size_t device_bytes;        /* device memory owned by the plan */
     const char* sm90_unused_reason; /* "" for SM90 plans, else why SM90 was not used; valid
                                      * until the plan is destroyed */
+
+    /* ---- appended in 0.2 (0 for families where they do not apply) ---- */
+    int kv_splits;        /* paged family: most KV chunks one sequence is split into (1 = none) */
+    int packed_gqa;       /* paged family: query heads packed into one tile's rows per KV head */
+    int query_tile_rows;  /* paged family: rows of a query tile (16 or 64) */
+    int num_ctas;         /* paged family: CTAs of the attention launch */
+    int total_pages;      /* paged family: entries of fas_plan_run_args.page_indices (0 for a
+                           * contiguous-KV plan, whose pages the plan lists itself) */
 } fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_fwd_args). */

@@ -1,7 +1,8 @@
 // SM90 plans: the schedule and launch arguments made once per batch layout, the launch per
-// run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API.
+// run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API (api/lse.h).
 #include <algorithm>
 
+#include "api/lse.h"
 #include "api/status.h"
 #include "sm90/sm90.h"
 
@@ -10,19 +11,6 @@ namespace fas_sm90 {
 using fas::concat;
 using fas::fail;
 using fas::fail_cuda;
-
-namespace {
-
-constexpr float kLn2 = 0.69314718055994530942f;
-
-__global__ void scale_lse_kernel(float* lse, int64_t count, float factor) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        lse[i] *= factor;
-    }
-}
-
-}  // namespace
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
                        int first_q_row, const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
@@ -78,11 +66,7 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
     // The kernel writes log2(sum exp); the API promises the natural logarithm.
     const int64_t first = static_cast<int64_t>(plan.first_q_row) * plan.num_heads_q;
     const int64_t count = static_cast<int64_t>(plan.total_q) * plan.num_heads_q - first;
-    if (count <= 0) return FAS_SUCCESS;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 8LL * plan.sm_count);
-    scale_lse_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(softmax_lse + first, count, kLn2);
-    error = cudaGetLastError();
+    error = fas::convert_lse_log2_to_ln(softmax_lse + first, count, plan.sm_count, stream);
     if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
     return FAS_SUCCESS;
 }

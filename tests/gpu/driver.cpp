@@ -189,11 +189,25 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         cases.push_back(llm);
     }
     // Every compiled kernel once, GQA ratio 4, padded row strides.
+    int last_paged_head_dim = 0;
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
         if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.out_dtype != dtype) continue;
         const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
         const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
+        if (std::strcmp(info.family, "paged") == 0) {
+            // Paged-KV plans: paged.cpp. Here the contiguous (varlen) KV of a decode-shaped plan,
+            // which the plan describes as pages itself; once per head dim (the 16-row kernel).
+            if (info.causal == 0 || info.head_dim == last_paged_head_dim) continue;
+            last_paged_head_dim = info.head_dim;
+            AttentionCase decode{"plan-decode-contiguous", dtype, 16, 2, info.head_dim, true, true,
+                                 {1, 1, 3, 1, 8}, {1, 4097, 77, 0, 300}};
+            decode.use_plan = true;
+            decode.plan_runs = 2;
+            decode.expect_family = FAS_FAMILY_PAGED;
+            cases.push_back(decode);
+            continue;
+        }
         if (std::strcmp(info.family, "sm90") == 0) {
             // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
             // and without padded rows. The family must be SM90 (the device check passed).
@@ -217,8 +231,9 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             // Thousands of short sequences: more query tiles per head (5000) than the 4096 up to
             // which FlashInfer's own planner used the per-head schedule.
             if (!quick) {
+                // 9-11 queries each: at most 8 would make it a decode-shaped plan (paged family).
                 std::vector<int> many(5000);
-                for (size_t i = 0; i < many.size(); ++i) many[i] = 1 + static_cast<int>(i % 3);
+                for (size_t i = 0; i < many.size(); ++i) many[i] = 9 + static_cast<int>(i % 3);
                 AttentionCase tiny = varlen_case(fp8 ? "kernel-sm90-fp8-many-seqs" : "kernel-sm90-many-seqs", dtype, 4,
                                                  2, info.head_dim, info.causal != 0, many);
                 tiny.use_plan = true;
@@ -311,6 +326,7 @@ int run(const Options& options) {
         for (const AttentionCase& c : cases) report_attention_case(c, case_seed++, stream, &tally);
         // Fixed seeds of their own, so the attention cases above keep theirs.
         if (!options.custom) report_workspace_bounds_cases(dtype, stream, &tally);
+        if (!options.custom) report_paged_cases(dtype, options.quick, stream, &tally);
     }
     if (!options.custom) {
         report_fwd_misuse_cases(dtypes.front(), stream, &tally);

@@ -175,6 +175,9 @@ void report_workspace_bounds_cases(fas_dtype dtype, cudaStream_t stream, Tally* 
 void report_fwd_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 void report_plan_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 
+// paged.cpp: plans over a paged KV cache (decode, speculative decoding, prefill over pages).
+void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
+
 // churn.cpp: plans made and released per batch on two streams without synchronizing.
 void report_plan_churn_case(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 

@@ -1,0 +1,151 @@
+"""Decode benchmark (issue 13): one query token per sequence against a long KV cache, the
+library's paged family against PyTorch SDPA (cuDNN, flash) on the equivalent contiguous KV,
+measured in the same run on the same GPU.
+
+    python3 bench/bench_decode.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
+
+Rows: batch x KV length in {64 x 4k, 8 x 32k, 1 x 128k, 256 x 1k}, GQA 16/2, head dim 128,
+bf16, causal (one query sees every key). Columns: time and KV bandwidth (bytes of K and V read
+/ time) of the library on contiguous KV (a varlen plan: the plan describes the KV as pages),
+on a paged cache with pages of 16 and 64 (pages shuffled), and of SDPA cuDNN / flash on the
+contiguous KV (enable_gqa, no copies); then the library's ratio to cuDNN, paged vs contiguous,
+and the planning cost of a step: (create + 36 runs + destroy_async) against 36 runs with the
+plan reused, as a share of the 36 runs (an engine plans once per step and runs every layer).
+Timing: bench_attention.median_ms_each (rounds in shuffled order, median of samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import fas_ctypes
+from bench_attention import Library, fas_dtype, median_ms_each
+from fas_ctypes import KvLayout, PlanArgs, PlanRunArgs
+
+ROWS = [(64, 4096), (8, 32768), (1, 131072), (256, 1024)]
+HEADS_Q, HEADS_KV, HEAD_DIM, LAYERS = 16, 2, 128, 36
+
+
+def plan_runner(lib: Library, args: PlanArgs, run: PlanRunArgs):
+    """(run with the plan reused, one step: create + LAYERS runs + destroy_async, plan info)."""
+    plan = lib.plan_create(args)
+    info = lib.plan_info(plan)
+
+    def reused():
+        lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
+
+    def step():
+        handle = lib.plan_create(args)
+        for _ in range(LAYERS):
+            lib.check(lib.dll.fas_plan_run(handle, ctypes.byref(run)))
+        lib.check(lib.dll.fas_plan_destroy_async(handle, run.stream))
+
+    def layers():
+        for _ in range(LAYERS):
+            reused()
+
+    reused.keepalive = step.keepalive = layers.keepalive = (args, run, plan)
+    return reused, step, layers, info
+
+
+def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
+    torch.manual_seed(0)
+    dev, dtype = "cuda", torch.bfloat16
+    stream = torch.cuda.current_stream().cuda_stream
+    q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device=dev, dtype=dtype)
+    k = torch.randn(batch, kv_len, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
+    v = torch.randn_like(k)
+    out = torch.empty_like(q)
+    fns, infos = {}, {}
+
+    # Contiguous KV: a varlen plan ([B*S, H, D] rows), decode-shaped so the paged family serves it.
+    args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
+                        num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
+    args.keep_q = fas_ctypes.offsets([1] * batch)
+    args.keep_k = fas_ctypes.offsets([kv_len] * batch)
+    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
+    args.cu_seqlens_k = ctypes.cast(args.keep_k, ctypes.c_void_p)
+    run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream)
+    fns["contiguous"], fns["step"], fns["layers"], infos["contiguous"] = plan_runner(lib, args, run)
+
+    # Paged caches: the same keys, pages of `page` in shuffled order.
+    for page in (16, 64):
+        pages_per_seq = (kv_len + page - 1) // page
+        num_pages = batch * pages_per_seq
+        ids = torch.randperm(num_pages, device=dev, dtype=torch.int64).to(torch.int32)
+        k_cache = torch.empty(num_pages, page, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
+        v_cache = torch.empty_like(k_cache)
+        k_cache[ids.long()] = k.reshape(num_pages, page, HEADS_KV, HEAD_DIM)
+        v_cache[ids.long()] = v.reshape(num_pages, page, HEADS_KV, HEAD_DIM)
+        paged = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
+                             num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream,
+                             kv_layout=KvLayout.PAGED, page_size=page, num_pages=num_pages)
+        paged.keep_q = args.keep_q
+        paged.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
+        paged.cu_seqlens_q = args.cu_seqlens_q
+        paged.kv_lengths = ctypes.cast(paged.keep_len, ctypes.c_void_p)
+        paged_run = PlanRunArgs.new(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(),
+                                    stream=stream, page_indices=ids.data_ptr())
+        reused, _, _, info = plan_runner(lib, paged, paged_run)
+        reused.tensors = (k_cache, v_cache, ids)
+        fns[f"page{page}"], infos[f"page{page}"] = reused, info
+
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        def sdpa(backend=backend):
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        fns[name] = sdpa
+    times = median_ms_each(fns, repeats)
+    # Correctness guard: the timed library output against SDPA (math) on the same inputs.
+    fns["contiguous"]()
+    torch.cuda.synchronize()
+    reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), enable_gqa=True).transpose(1, 2)
+    error = (out.float() - reference).abs().max().item()
+    return {"times": times, "infos": infos, "error": error}
+
+
+def us(value) -> str:
+    return f"{value * 1e3:.0f} us" if isinstance(value, float) else str(value)
+
+
+def tbps(nbytes: int, value) -> str:
+    return f"{nbytes / (value * 1e-3) / 1e12:.2f}" if isinstance(value, float) else "n/a"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    lib = Library(args.artifact)
+    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, 1 query\n")
+    print("| batch x KV | KV bytes | ours contiguous | TB/s | paged 16 | TB/s | paged 64 | TB/s | cuDNN | TB/s "
+          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs | max err |")
+    print("| --- " * 16 + "|")
+    for batch, kv_len in ROWS:
+        row = decode_row(lib, batch, kv_len, args.repeats)
+        t, info = row["times"], row["infos"]["contiguous"]
+        nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
+        ours, page16, page64, cudnn = (t.get(n) for n in ("contiguous", "page16", "page64", "cudnn"))
+        vs_cudnn = f"{cudnn / ours:.2f}x" if isinstance(ours, float) and isinstance(cudnn, float) else "n/a"
+        vs_contig = f"{page16 / ours:.2f}" if isinstance(ours, float) and isinstance(page16, float) else "n/a"
+        step, layers = t.get("step"), t.get("layers")
+        plan_share = f"{(step - layers) / layers * 100:.1f}%" if isinstance(step, float) and isinstance(layers, float) else "n/a"
+        print(f"| {batch} x {kv_len // 1024}k | {nbytes / 1e6:.0f} MB | {us(ours)} | {tbps(nbytes, ours)} | {us(page16)} "
+              f"| {tbps(nbytes, page16)} | {us(page64)} | {tbps(nbytes, page64)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
+              f"| {us(t.get('flash'))} | {vs_cudnn} | {vs_contig} | {plan_share} | {info.kv_splits} x {info.num_ctas} "
+              f"| {row['error']:.1e} |", flush=True)
+        del row
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+// Validation of a plan's KV arguments (api/kv_cache.h).
+#include "api/kv_cache.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "api/status.h"
+
+namespace fas {
+
+namespace {
+
+constexpr int64_t kMaxStride = (int64_t{1} << 32) - 1;  // the paged kernels hold strides in 32 bits
+
+fas_status check_host_array(const int32_t* values, const char* name, const char* length) {
+    if (values == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass a HOST array of ", length, " int32 values"));
+    }
+    if (!is_aligned(values, sizeof(int32_t))) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not 4-byte aligned"));
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, values) != cudaSuccess) {
+        cudaGetLastError();  // as check_host_offsets: an unknown pointer is taken as host memory
+    } else if (attributes.type == cudaMemoryTypeDevice) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat(name, " is a device pointer; fas_plan_create reads it on the host: pass a host copy"));
+    }
+    return FAS_SUCCESS;
+}
+
+}  // namespace
+
+fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout) {
+    if (args.kv_layout != FAS_KV_VARLEN && args.kv_layout != FAS_KV_PAGED) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("kv_layout ", static_cast<int>(args.kv_layout),
+                           " is not a fas_kv_layout; use FAS_KV_VARLEN (0) or FAS_KV_PAGED (1)"));
+    }
+    if (args.kv_layout == FAS_KV_VARLEN) {
+        fas_status status = check_host_offsets(args.cu_seqlens_k, args.batch_size, "cu_seqlens_k");
+        if (status != FAS_SUCCESS) return status;
+        kv->cu_seqlens_k = args.cu_seqlens_k;
+        for (int i = 0; i < args.batch_size; ++i) {
+            layout->max_seqlen_k = std::max(layout->max_seqlen_k, args.cu_seqlens_k[i + 1] - args.cu_seqlens_k[i]);
+        }
+        layout->total_k = args.cu_seqlens_k[args.batch_size];
+        return FAS_SUCCESS;
+    }
+    kv->paged = true;
+    if (args.cu_seqlens_k != nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "cu_seqlens_k is set but kv_layout is FAS_KV_PAGED; a paged plan takes the key counts in kv_lengths: "
+                    "set cu_seqlens_k to NULL");
+    }
+    fas_status status = check_host_array(args.kv_lengths, "kv_lengths", "batch_size");
+    if (status != FAS_SUCCESS) return status;
+    if (args.page_size < 1) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("page_size is ", args.page_size, "; a paged plan needs the keys per page, >= 1"));
+    }
+    if (args.num_pages < 1) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("num_pages is ", args.num_pages, "; set it to the number of pages in the caches (>= 1)"));
+    }
+    kv->kv_lengths = args.kv_lengths;
+    kv->page_size = args.page_size;
+    kv->num_pages = args.num_pages;
+    for (int i = 0; i < args.batch_size; ++i) {
+        const int32_t length = args.kv_lengths[i];
+        const int64_t pages = (static_cast<int64_t>(length) + args.page_size - 1) / args.page_size;
+        if (length < 0) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, concat("kv_lengths[", i, "] is ", length, "; key counts are >= 0"));
+        }
+        if (pages > args.num_pages) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat("kv_lengths[", i, "] is ", length, " keys, which needs ", pages, " pages of ", args.page_size,
+                               " but the caches hold num_pages = ", args.num_pages,
+                               "; pass the sequence's real length or a larger cache"));
+        }
+        kv->total_pages += pages;
+        layout->max_seqlen_k = std::max(layout->max_seqlen_k, length);
+    }
+    if (kv->total_pages > INT32_MAX) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the batch lists ", kv->total_pages, " pages; the page table holds at most ", INT32_MAX,
+                           " int32 entries: split the batch"));
+    }
+    layout->total_k = 0;  // the caches are addressed by page, not by row (see k_span_elements)
+    return FAS_SUCCESS;
+}
+
+fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout) {
+    const struct {
+        int64_t given;
+        int64_t row_stride;
+        int64_t* resolved;
+        int64_t* span;
+        const char* name;
+    } caches[] = {
+        {args.k_page_stride, layout->k_row_stride, &kv->k_page_stride, &layout->k_span_elements, "k_page_stride"},
+        {args.v_page_stride, layout->v_row_stride, &kv->v_page_stride, &layout->v_span_elements, "v_page_stride"},
+    };
+    const int64_t row_elements = static_cast<int64_t>(layout->num_heads_k) * layout->head_dim;
+    for (const auto& cache : caches) {
+        const int64_t stride = cache.given == 0 ? cache.row_stride * kv->page_size : cache.given;
+        if (stride < 0 || stride % 8 != 0 || stride > kMaxStride || cache.row_stride > kMaxStride) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(cache.name, " is ", stride, " elements (row stride ", cache.row_stride,
+                               "); page and row strides must be multiples of 8 below 2^32 (the paged kernels hold "
+                               "them in 32 bits)"));
+        }
+        *cache.resolved = stride;
+        *cache.span = (kv->num_pages - 1) * stride + (kv->page_size - 1) * cache.row_stride + row_elements;
+    }
+    if (args.page_indices_host != nullptr) {
+        const fas_status status = check_host_array(args.page_indices_host, "page_indices_host", "total_pages");
+        if (status != FAS_SUCCESS) return status;
+        for (int64_t i = 0; i < kv->total_pages; ++i) {
+            const int32_t page = args.page_indices_host[i];
+            if (page < 0 || page >= kv->num_pages) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat("page_indices_host[", i, "] is ", page, ", outside the cache's pages [0, ",
+                                   kv->num_pages, "); fix the page table (or num_pages)"));
+            }
+        }
+    }
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas

@@ -1,0 +1,37 @@
+// The KV side of a plan's arguments: the varlen offsets (cu_seqlens_k) or a paged cache
+// (kv_lengths, page_size, num_pages, page strides, an optional host copy of the page ids),
+// validated on the host into the lengths and spans the planners and tensor checks use.
+#ifndef FAS_API_KV_CACHE_H
+#define FAS_API_KV_CACHE_H
+
+#include "flash_attn_standalone.h"
+
+#include <cstdint>
+
+#include "api/layout.h"
+
+namespace fas {
+
+struct KvCache {
+    bool paged = false;
+    const int32_t* cu_seqlens_k = nullptr;  // host (varlen)
+    const int32_t* kv_lengths = nullptr;    // host (paged)
+    int page_size = 0;
+    int num_pages = 0;
+    int64_t total_pages = 0;
+    int64_t k_page_stride = 0;  // elements, resolved (paged)
+    int64_t v_page_stride = 0;
+};
+
+// Checks the KV fields of args (its kv_layout and what goes with it) and their host arrays.
+// Sets kv->... and layout->max_seqlen_k / total_k; for paged caches, after resolve_layout has
+// settled the row strides, call resolve_paged_strides.
+fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout);
+
+// Page strides (0 = page_size * row stride), their limits, the caches' spans for the tensor
+// checks, and the optional host page ids.
+fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout);
+
+}  // namespace fas
+
+#endif  // FAS_API_KV_CACHE_H

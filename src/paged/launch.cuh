@@ -1,0 +1,144 @@
+// The template every paged kernel TU instantiates once: FlashInfer's BatchPrefillWithPagedKVCache
+// kernel with our own tile choice (no runtime dispatch over tile shapes, so a TU holds one
+// kernel), launched on the plan's schedule, plus FlashInfer's merge of split partial results.
+// Only kernel TUs include this (it pulls in FlashInfer's headers); everything else sees paged.h.
+#ifndef FAS_PAGED_LAUNCH_CUH
+#define FAS_PAGED_LAUNCH_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <flashinfer/attention/cascade.cuh>
+#include <flashinfer/attention/default_prefill_params.cuh>
+#include <flashinfer/attention/prefill.cuh>
+#include <flashinfer/attention/variants.cuh>
+#include <flashinfer/page.cuh>
+
+#include "paged/paged.h"
+
+namespace fas_paged {
+
+template <int Dtype>
+struct Element;
+template <>
+struct Element<FAS_DTYPE_FP16> {
+    using type = half;
+};
+template <>
+struct Element<FAS_DTYPE_BF16> {
+    using type = nv_bfloat16;
+};
+
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
+struct PagedTraits {
+    using T = typename Element<Dtype>::type;
+    using Params = flashinfer::BatchPrefillPagedParams<T, T, T, int32_t>;
+    using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+                                                 /*logits_soft_cap=*/false, /*alibi=*/false>;
+    static constexpr uint32_t kWarpsQ = flashinfer::get_num_warps_q(TileQ);
+    static constexpr uint32_t kWarpsKV = flashinfer::get_num_warps_kv(TileQ);
+    static constexpr uint32_t kMmaQ = flashinfer::get_num_mma_q(TileQ);
+    // FlashInfer's launcher picks the largest KV tile that lets two CTAs share an SM's 228 KiB
+    // on Hopper; these are its choices there, fixed at compile time (kv_tile_rows in paged.h).
+    static constexpr uint32_t kMmaKV = kv_tile_rows(HeadDim, TileQ) / (16 * kWarpsKV);
+    using KTraits = flashinfer::KernelTraits<Causal ? flashinfer::MaskMode::kCausal : flashinfer::MaskMode::kNone,
+                                             TileQ, kMmaQ, kMmaKV, HeadDim / 16, HeadDim / 16, kWarpsQ, kWarpsKV,
+                                             flashinfer::PosEncodingMode::kNone, T, T, T, float, int32_t, Variant>;
+    static_assert(!KTraits::IsInvalid(), "FlashInfer rejects this tile shape");
+    static constexpr size_t kSmemBytes = sizeof(typename KTraits::SharedStoragePaged);
+    static_assert(2 * kSmemBytes <= 228 * 1024, "two CTAs per SM must fit Hopper's shared memory");
+    static constexpr auto kernel = flashinfer::BatchPrefillWithPagedKVCacheKernel</*SAME_KV_STRIDES=*/false, KTraits, Params>;
+
+    // Merge of split partial results (FlashInfer's persistent variable-length merge).
+    static constexpr uint32_t kMergeVec = (16 / sizeof(T)) > (HeadDim / 32) ? (16 / sizeof(T)) : (HeadDim / 32);
+    static constexpr uint32_t kMergeBdx = HeadDim / kMergeVec;
+    static constexpr uint32_t kMergeBdy = 128 / kMergeBdx;
+    static constexpr uint32_t kMergeStages = 4;
+    static constexpr size_t kMergeSmem = kMergeStages * kMergeBdy * HeadDim * sizeof(T) + 128 * sizeof(float);
+    static constexpr auto merge = flashinfer::PersistentVariableLengthMergeStatesKernel<
+        kMergeVec, kMergeBdx, kMergeBdy, kMergeStages, T, T, int32_t>;
+};
+
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t occupancy(int* ctas_per_sm) {
+    using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
+    cudaError_t error =
+        cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+    if (error != cudaSuccess) return error;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, Traits::kernel, Traits::KTraits::NUM_THREADS,
+                                                         Traits::kSmemBytes);
+}
+
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
+    using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
+    using T = typename Traits::T;
+    using Params = typename Traits::Params;
+    // FlashInfer's structs take mutable pointers; the kernel only reads these.
+    const auto ids = [](const int32_t* p) { return const_cast<int32_t*>(p); };
+
+    flashinfer::paged_kv_t<T, int32_t> paged;
+    paged.page_size = flashinfer::uint_fastdiv(static_cast<uint32_t>(a.page_size));
+    paged.num_heads = a.num_heads_k;
+    paged.head_dim = HeadDim;
+    paged.batch_size = a.batch_size;
+    paged.stride_page = a.k_page_stride;
+    paged.stride_n = a.k_row_stride;
+    paged.stride_h = HeadDim;
+    paged.v_stride_page = a.v_page_stride;
+    paged.v_stride_n = a.v_row_stride;
+    paged.v_stride_h = HeadDim;
+    paged.k_data = static_cast<T*>(const_cast<void*>(a.k_cache));
+    paged.v_data = static_cast<T*>(const_cast<void*>(a.v_cache));
+    paged.indices = ids(a.page_indices);
+    paged.indptr = ids(a.page_indptr);
+    paged.last_page_len = ids(a.last_page_len);
+
+    Params params;
+    params.q = static_cast<T*>(const_cast<void*>(a.q));
+    params.paged_kv = paged;
+    params.q_indptr = ids(a.q_indptr);
+    params.o = static_cast<T*>(a.split ? a.tmp_v : a.out);
+    params.lse = a.split ? a.tmp_s : a.lse;
+    params.group_size = flashinfer::uint_fastdiv(static_cast<uint32_t>(a.num_heads_q / a.num_heads_k));
+    params.num_qo_heads = a.num_heads_q;
+    params.q_stride_n = static_cast<int32_t>(a.q_row_stride);
+    params.q_stride_h = HeadDim;
+    params.window_left = -1;
+    params.sm_scale = a.softmax_scale;
+    params.rope_rcp_scale = 1.f;
+    params.rope_rcp_theta = 1.f;
+    params.request_indices = ids(a.request_indices);
+    params.qo_tile_indices = ids(a.qo_tile_indices);
+    params.kv_tile_indices = ids(a.kv_tile_indices);
+    params.o_indptr = ids(a.o_indptr);
+    params.kv_chunk_size_ptr = ids(a.kv_chunk_size);
+    params.padded_batch_size = a.num_ctas;
+    params.partition_kv = a.split;
+
+    cudaError_t error =
+        cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+    if (error != cudaSuccess) return error;
+    const dim3 grid(a.num_ctas, 1, a.num_heads_k);
+    const dim3 block(32, Traits::kWarpsQ, Traits::kWarpsKV);
+    Traits::kernel<<<grid, block, Traits::kSmemBytes, stream>>>(params);
+    error = cudaGetLastError();
+    if (error != cudaSuccess || !a.split) return error;
+
+    // One CTA per (row, head) pair at most, a few per SM (FlashInfer's merge is persistent).
+    const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
+    const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
+    const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
+    error = cudaFuncSetAttribute(Traits::merge, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kMergeSmem);
+    if (error != cudaSuccess) return error;
+    Traits::merge<<<static_cast<unsigned>(ctas), dim3(Traits::kMergeBdx, Traits::kMergeBdy), Traits::kMergeSmem,
+                    stream>>>(static_cast<T*>(a.tmp_v), a.tmp_s, ids(a.merge_indptr),
+                              static_cast<T*>(a.out) + out_offset * HeadDim,
+                              a.lse == nullptr ? nullptr : a.lse + out_offset, static_cast<uint32_t>(a.merge_rows),
+                              nullptr, static_cast<uint32_t>(a.num_heads_q));
+    return cudaGetLastError();
+}
+
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_LAUNCH_CUH

@@ -1,0 +1,127 @@
+// The paged family as the API sees it, free of FlashInfer types: FlashInfer's FA2-class
+// tensor-core batch attention over a paged KV cache (prefill.cuh), which packs the query heads
+// of one KV head into the rows of a query tile and splits long KVs across CTAs, merged after.
+// It serves decode (1-8 query tokens per sequence) and prefill over cached pages. Kernel TUs
+// (kernels/paged_*.cu) define launch_paged / occupancy_paged; src/paged/launch.cuh holds the
+// template they instantiate.
+#ifndef FAS_PAGED_PAGED_H
+#define FAS_PAGED_PAGED_H
+
+#include "flash_attn_standalone.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "api/device.h"
+#include "api/device_block.h"
+#include "api/layout.h"
+
+namespace fas_paged {
+
+// Everything one launch reads; device pointers unless said. Int32 arrays come from the plan's
+// schedule (schedule.cpp), tensors from the run.
+struct LaunchArgs {
+    const void* q;
+    void* out;
+    float* lse;            // token-major [rows, num_heads_q], log2 as the kernel writes it; may be NULL
+    const void* k_cache;
+    const void* v_cache;
+    int64_t q_row_stride;  // elements
+    uint32_t k_page_stride, k_row_stride, v_page_stride, v_row_stride;  // elements
+    int num_heads_q, num_heads_k, page_size, batch_size;
+    float softmax_scale;
+    const int32_t* page_indices;
+    const int32_t* page_indptr;    // [batch + 1]
+    const int32_t* last_page_len;  // [batch]
+    const int32_t* q_indptr;       // [batch + 1], absolute rows of q
+    const int32_t* o_indptr;       // [batch + 1]: rows of out, or of the partial buffer when split
+    const int32_t* request_indices, *qo_tile_indices, *kv_tile_indices;  // [num_ctas]
+    const int32_t* kv_chunk_size;  // [1]
+    int num_ctas;
+    // Split plans: the kernel writes partial rows (tmp_v, tmp_s), the merge combines them.
+    bool split;
+    void* tmp_v;
+    float* tmp_s;
+    const int32_t* merge_indptr;  // [merge_rows + 1]
+    int merge_rows;               // rows of out from first_row on
+    int first_row;                // cu_seqlens_q[0]
+    int sm_count;
+};
+
+using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
+using OccupancyFn = cudaError_t (*)(int* ctas_per_sm);
+
+// Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype is a
+// fas_dtype value.
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t occupancy_paged(int* ctas_per_sm);
+
+// Rows of keys one CTA loads per iteration, as launch.cuh picks it (split chunks are multiples).
+constexpr int kv_tile_rows(int head_dim, int tile_q) {
+    return tile_q == 16 ? (head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64) : (head_dim <= 128 ? 128 : 64);
+}
+
+struct Kernel {
+    fas_dtype dtype;
+    int head_dim;
+    bool causal;
+    int tile_q;  // query tile rows: 16 (decode) or 64
+    LaunchFn launch;
+    OccupancyFn occupancy;
+};
+
+int num_kernels();
+const Kernel& kernel(int index);
+
+// The kernel for a layout: the 16-row tile when max_query_len * group fits it (causal kernels
+// serve non-causal single-query plans too: one query sees every key either way), else 64 rows.
+// NULL with *why set when none is built.
+const Kernel* choose_kernel(fas_dtype dtype, int head_dim, bool causal, int max_query_len, int group,
+                            std::string* why);
+// Whether any kernel of this build serves (dtype, head_dim, causal) in some layout.
+bool has_kernel(fas_dtype dtype, int head_dim, bool causal);
+
+// What a plan is made from: host lengths and the KV addressing.
+struct PlanRequest {
+    const int32_t* cu_seqlens_q;  // host, batch + 1
+    const int32_t* kv_lengths;    // host, batch (paged); NULL for contiguous KV
+    const int32_t* cu_seqlens_k;  // host, batch + 1 (contiguous KV); NULL for paged
+    int batch_size;
+    int page_size;  // paged: the caller's; contiguous: chosen by the planner
+    int64_t k_page_stride, v_page_stride;  // elements (resolved)
+};
+
+struct Plan {
+    fas::DeviceBlock* block = nullptr;  // schedule arrays, contiguous-KV page ids, partial buffers
+    const Kernel* kernel = nullptr;
+    LaunchArgs args{};  // tensors and page_indices filled per run
+    bool contiguous_kv = false;
+    int total_q = 0;
+    int total_pages = 0;
+    int kv_splits = 1;
+    int group = 1;
+
+    Plan() = default;
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+    ~Plan() { fas::device_block_release(block); }
+};
+
+// The contiguous-KV page size: the largest power of two <= 256 dividing every sequence's first
+// key row (sequences without keys do not count).
+int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size);
+
+fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
+                       const fas::DeviceProps& device, std::unique_ptr<Plan>* out);
+fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
+                    const int32_t* page_indices, cudaStream_t stream);
+fas_status retire_plan(Plan* plan, cudaStream_t stream);
+
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_PAGED_H

@@ -1,0 +1,262 @@
+// Paged plans: the host schedule of the paged kernels (which CTA takes which query tile and KV
+// chunk of which sequence, whether to split the KV and into what chunks, the merge rows), made
+// once from the host lengths and uploaded without waiting; runs fill in the tensors and launch.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <numeric>
+#include <vector>
+
+#include "api/lse.h"
+#include "api/status.h"
+#include "paged/paged.h"
+
+namespace fas_paged {
+
+using fas::concat;
+using fas::fail;
+using fas::fail_cuda;
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The work of one layout in host memory, in the order the device arrays take it.
+struct HostSchedule {
+    std::vector<int32_t> request, qo_tile, kv_tile;  // per CTA
+    std::vector<int32_t> q_indptr, o_indptr, page_indptr, last_page_len, merge_indptr, page_ids;
+    int32_t chunk = 0;
+    int max_chunks = 1;
+    int64_t partial_rows = 0;  // rows of the partial buffers (split plans)
+};
+
+// Splits each sequence's KV into chunks of `chunk` keys (a multiple of the kernel's KV tile) when
+// the query tiles alone leave SMs idle: the smallest chunk whose CTA count still fits one wave.
+int32_t choose_chunk(const std::vector<int64_t>& qo_tiles, const std::vector<int32_t>& kv_lengths, int num_heads_k,
+                     int64_t wave, int kv_tile) {
+    const int64_t base = num_heads_k * std::accumulate(qo_tiles.begin(), qo_tiles.end(), int64_t{0});
+    const int32_t longest = *std::max_element(kv_lengths.begin(), kv_lengths.end());
+    if (base >= wave || longest <= kv_tile) return 0;
+    const auto ctas = [&](int64_t chunk) {
+        int64_t total = 0;
+        for (size_t i = 0; i < qo_tiles.size(); ++i) total += qo_tiles[i] * ceil_div(std::max(kv_lengths[i], 1), chunk);
+        return total * num_heads_k;
+    };
+    int64_t low = 1, high = ceil_div(longest, kv_tile);  // in KV tiles; `high` always fits (one chunk each)
+    while (low < high) {
+        const int64_t mid = (low + high) / 2;
+        if (ctas(mid * kv_tile) <= wave) high = mid; else low = mid + 1;
+    }
+    return high * kv_tile >= longest ? 0 : static_cast<int32_t>(high * kv_tile);
+}
+
+void build_schedule(const fas::Layout& layout, const PlanRequest& request, int tile_q, int64_t wave, HostSchedule* s) {
+    const int batch = request.batch_size;
+    const int group = layout.num_heads_q / layout.num_heads_k;
+    std::vector<int32_t> kv_len(batch);
+    std::vector<int64_t> qo_tiles(batch);
+    for (int i = 0; i < batch; ++i) {
+        kv_len[i] = request.kv_lengths != nullptr ? request.kv_lengths[i]
+                                                  : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
+        const int64_t qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
+        qo_tiles[i] = ceil_div(qo_len * group, tile_q);
+    }
+    s->q_indptr.assign(request.cu_seqlens_q, request.cu_seqlens_q + batch + 1);
+    s->page_indptr.assign(batch + 1, 0);
+    s->last_page_len.assign(batch, 0);
+    const int page = request.page_size;
+    for (int i = 0; i < batch; ++i) {
+        const int32_t pages = static_cast<int32_t>(ceil_div(kv_len[i], page));
+        s->page_indptr[i + 1] = s->page_indptr[i] + pages;
+        s->last_page_len[i] = pages == 0 ? 0 : kv_len[i] - (pages - 1) * page;
+        if (request.cu_seqlens_k != nullptr) {  // contiguous KV: the plan lists its own pages
+            for (int32_t p = 0; p < pages; ++p) s->page_ids.push_back(request.cu_seqlens_k[i] / page + p);
+        }
+    }
+
+    const int kv_tile = kv_tile_rows(layout.head_dim, tile_q);
+    s->chunk = choose_chunk(qo_tiles, kv_len, layout.num_heads_k, wave, kv_tile);
+    const bool split = s->chunk > 0;
+    std::vector<int32_t> chunks(batch, 1);
+    if (split) {
+        for (int i = 0; i < batch; ++i) chunks[i] = static_cast<int32_t>(ceil_div(std::max(kv_len[i], 1), s->chunk));
+        s->max_chunks = *std::max_element(chunks.begin(), chunks.end());
+    }
+    // The longest KVs first: their CTAs take longest, so they should start first.
+    std::vector<int> order(batch);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kv_len[a] > kv_len[b]; });
+    for (int i : order) {
+        for (int64_t t = 0; t < qo_tiles[i]; ++t) {
+            for (int32_t c = 0; c < chunks[i]; ++c) {
+                s->request.push_back(i);
+                s->qo_tile.push_back(static_cast<int32_t>(t));
+                s->kv_tile.push_back(c);
+            }
+        }
+    }
+    s->o_indptr.assign(batch + 1, 0);
+    if (!split) {
+        s->o_indptr = s->q_indptr;  // the kernel writes out's own rows
+        return;
+    }
+    // Partial rows: sequence i's query j, chunk c at o_indptr[i] + j * chunks[i] + c; the merge
+    // folds each row's chunks into out.
+    s->merge_indptr.assign(1, 0);
+    for (int i = 0; i < batch; ++i) {
+        const int32_t qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
+        s->o_indptr[i + 1] = s->o_indptr[i] + qo_len * chunks[i];
+        for (int32_t j = 0; j < qo_len; ++j) s->merge_indptr.push_back(s->merge_indptr.back() + chunks[i]);
+    }
+    s->partial_rows = s->o_indptr[batch];
+}
+
+// Appends `values` to the staging image at *offset (4-byte entries, 16-byte aligned starts).
+const int32_t* place(const std::vector<int32_t>& values, char* staging, const char* device, size_t* offset) {
+    const size_t at = *offset;
+    if (!values.empty()) std::memcpy(staging + at, values.data(), values.size() * sizeof(int32_t));
+    *offset = (at + values.size() * sizeof(int32_t) + 15) / 16 * 16;
+    return reinterpret_cast<const int32_t*>(device + at);
+}
+
+}  // namespace
+
+int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size) {
+    int page = 256;
+    for (int i = 0; i < batch_size; ++i) {
+        if (cu_seqlens_k[i + 1] == cu_seqlens_k[i]) continue;
+        while (cu_seqlens_k[i] % page != 0) page /= 2;
+    }
+    return page;
+}
+
+fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
+                       const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
+    int ctas_per_sm = 0;
+    cudaError_t error = kernel->occupancy(&ctas_per_sm);
+    if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
+    const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count;
+
+    HostSchedule s;
+    try {
+        build_schedule(layout, request, kernel->tile_q, wave, &s);
+    } catch (const std::bad_alloc&) {
+        return fail(FAS_ERROR_INTERNAL, "out of host memory while planning the paged kernels' work");
+    }
+    const int64_t num_ctas = static_cast<int64_t>(s.request.size());
+    // The kernel addresses out, the partial buffers and q with 32-bit products.
+    const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
+    const int64_t q_elements = static_cast<int64_t>(layout.total_q) * layout.q_row_stride;
+    if (num_ctas > INT32_MAX || out_elements >= (int64_t{1} << 32) || q_elements >= (int64_t{1} << 32)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("the layout is too large for the paged kernels' 32-bit indexing (", num_ctas, " CTAs, ",
+                           out_elements, " output elements, ", q_elements,
+                           " elements of q); split the batch into smaller plans"));
+    }
+
+    std::unique_ptr<Plan> plan(new (std::nothrow) Plan());
+    if (plan == nullptr) return fail(FAS_ERROR_INTERNAL, "out of host memory for the paged plan");
+    const std::vector<int32_t> chunk_value{s.chunk};
+    const std::vector<int32_t>* arrays[] = {&s.request,       &s.qo_tile, &s.kv_tile,      &s.q_indptr,
+                                            &s.o_indptr,      &s.page_indptr, &s.last_page_len, &s.merge_indptr,
+                                            &s.page_ids,      &chunk_value};
+    size_t schedule_bytes = 0;
+    for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
+    const size_t element = 2;
+    const size_t partial_v = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * layout.head_dim * element;
+    const size_t partial_s = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * sizeof(float);
+    const size_t partial_at = (schedule_bytes + 255) / 256 * 256;
+    const size_t total_bytes = partial_at + partial_v + partial_s;
+    std::string message;
+    error = fas::device_block_acquire(total_bytes, schedule_bytes, "paged schedule", &plan->block, &message);
+    if (error != cudaSuccess) return fail_cuda(error, message);
+
+    char* staging = static_cast<char*>(plan->block->staging);
+    const char* base = static_cast<const char*>(plan->block->device_memory);
+    size_t offset = 0;
+    LaunchArgs& a = plan->args;
+    a.request_indices = place(s.request, staging, base, &offset);
+    a.qo_tile_indices = place(s.qo_tile, staging, base, &offset);
+    a.kv_tile_indices = place(s.kv_tile, staging, base, &offset);
+    a.q_indptr = place(s.q_indptr, staging, base, &offset);
+    a.o_indptr = place(s.o_indptr, staging, base, &offset);
+    a.page_indptr = place(s.page_indptr, staging, base, &offset);
+    a.last_page_len = place(s.last_page_len, staging, base, &offset);
+    a.merge_indptr = place(s.merge_indptr, staging, base, &offset);
+    const int32_t* own_page_ids = place(s.page_ids, staging, base, &offset);
+    a.kv_chunk_size = place(chunk_value, staging, base, &offset);
+    error = fas::device_block_upload(plan->block, schedule_bytes, &message);
+    if (error != cudaSuccess) {
+        cudaGetLastError();
+        return fail_cuda(error, message);
+    }
+
+    a.q_row_stride = layout.q_row_stride;
+    a.k_page_stride = static_cast<uint32_t>(request.k_page_stride);
+    a.v_page_stride = static_cast<uint32_t>(request.v_page_stride);
+    a.k_row_stride = static_cast<uint32_t>(layout.k_row_stride);
+    a.v_row_stride = static_cast<uint32_t>(layout.v_row_stride);
+    a.num_heads_q = layout.num_heads_q;
+    a.num_heads_k = layout.num_heads_k;
+    a.page_size = request.page_size;
+    a.batch_size = request.batch_size;
+    a.softmax_scale = layout.softmax_scale;
+    a.num_ctas = static_cast<int>(num_ctas);
+    a.split = s.chunk > 0;
+    a.tmp_v = a.split ? static_cast<void*>(static_cast<char*>(plan->block->device_memory) + partial_at) : nullptr;
+    a.tmp_s = a.split ? reinterpret_cast<float*>(static_cast<char*>(plan->block->device_memory) + partial_at + partial_v)
+                      : nullptr;
+    a.first_row = request.cu_seqlens_q[0];
+    a.merge_rows = layout.total_q - a.first_row;
+    a.sm_count = device.sm_count;
+    if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
+
+    plan->kernel = kernel;
+    plan->contiguous_kv = request.cu_seqlens_k != nullptr;
+    plan->total_q = layout.total_q;
+    plan->total_pages = s.page_indptr.back();
+    plan->kv_splits = a.split ? s.max_chunks : 1;
+    plan->group = layout.num_heads_q / layout.num_heads_k;
+    *out = std::move(plan);
+    return FAS_SUCCESS;
+}
+
+fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
+                    const int32_t* page_indices, cudaStream_t stream) {
+    LaunchArgs a = plan.args;
+    if (!plan.contiguous_kv) {
+        if (page_indices == nullptr && plan.total_pages > 0) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat("page_indices is NULL; a paged plan's run needs the DEVICE array of its ",
+                               plan.total_pages, " page ids (fas_plan_info.total_pages)"));
+        }
+        if (!fas::is_aligned(page_indices, sizeof(int32_t))) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, "page_indices is not 4-byte aligned; pass an int32 device array");
+        }
+        a.page_indices = page_indices;
+    }
+    a.q = q;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.out = out;
+    a.lse = softmax_lse;
+    cudaError_t error = fas::device_block_prepare_run(plan.block, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "waiting for the paged schedule upload (cudaStreamWaitEvent)");
+    error = plan.kernel->launch(a, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "paged kernel launch");
+    if (softmax_lse == nullptr) return FAS_SUCCESS;
+    const int64_t first = static_cast<int64_t>(a.first_row) * a.num_heads_q;
+    error = fas::convert_lse_log2_to_ln(softmax_lse + first, static_cast<int64_t>(plan.total_q) * a.num_heads_q - first,
+                                        a.sm_count, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
+    return FAS_SUCCESS;
+}
+
+fas_status retire_plan(Plan* plan, cudaStream_t stream) {
+    const cudaError_t error = fas::device_block_retire(plan->block, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "ordering the paged schedule's release after the stream's work");
+    plan->block = nullptr;
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas_paged

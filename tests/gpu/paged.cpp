@@ -1,0 +1,280 @@
+// Plans over a paged KV cache: K/V scattered into pages of a cache in shuffled order (unused
+// slots and pages poisoned with NaN, so a read outside a sequence's keys shows), run through a
+// FAS_KV_PAGED plan and judged by the rule in reference.h against the contiguous reference.
+// A second run uses a new page table (pages re-shuffled, cache rewritten) with the same plan:
+// the header lets the page ids change between runs, and the output must not change at all.
+#include "reference.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+namespace gpu_test {
+namespace {
+
+struct PagedCase {
+    std::string name;
+    int heads_q, heads_kv, head_dim;
+    bool causal;
+    int page_size;
+    std::vector<int> seqlens_q, seqlens_k;
+    bool expect_split = false;
+};
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
+std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
+    std::vector<int32_t> ids(num_pages);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(total);
+    return ids;
+}
+
+// The cache image [num_pages, page_size, heads_kv, head_dim] holding rows [total_k, heads_kv,
+// head_dim] where the page table says; everything else NaN.
+std::vector<uint16_t> scatter(const std::vector<uint16_t>& rows, const PagedCase& c, const std::vector<int32_t>& ids,
+                              int num_pages) {
+    const size_t row = static_cast<size_t>(c.heads_kv) * c.head_dim;
+    std::vector<uint16_t> cache(static_cast<size_t>(num_pages) * c.page_size * row, kPoisonBits);
+    size_t first_row = 0, first_page = 0;
+    for (size_t i = 0; i < c.seqlens_k.size(); ++i) {
+        for (int t = 0; t < c.seqlens_k[i]; ++t) {
+            const size_t page = ids[first_page + t / c.page_size];
+            std::copy_n(rows.begin() + (first_row + t) * row, row,
+                        cache.begin() + (page * c.page_size + t % c.page_size) * row);
+        }
+        first_row += c.seqlens_k[i];
+        first_page += ceil_div(c.seqlens_k[i], c.page_size);
+    }
+    return cache;
+}
+
+CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, cudaStream_t stream) {
+    const int batch = static_cast<int>(c.seqlens_q.size());
+    const size_t total_q = std::accumulate(c.seqlens_q.begin(), c.seqlens_q.end(), size_t{0});
+    const size_t total_k = std::accumulate(c.seqlens_k.begin(), c.seqlens_k.end(), size_t{0});
+    int total_pages = 0;
+    for (int length : c.seqlens_k) total_pages += ceil_div(length, c.page_size);
+    const int num_pages = total_pages + 3;  // pages no sequence owns stay poisoned
+    const size_t q_elements = total_q * c.heads_q * c.head_dim;
+    const size_t kv_elements = total_k * c.heads_kv * c.head_dim;
+    const size_t cache_elements = static_cast<size_t>(num_pages) * c.page_size * c.heads_kv * c.head_dim;
+
+    std::mt19937_64 rng(seed);
+    const RoundedTensor q = random_tensor(dtype, q_elements, rng);
+    const RoundedTensor k = random_tensor(dtype, kv_elements, rng);
+    const RoundedTensor v = random_tensor(dtype, kv_elements, rng);
+    DeviceBuffer q_dev(q_elements * 2), k_dev(cache_elements * 2), v_dev(cache_elements * 2);
+    DeviceBuffer out_dev(q_elements * 2), lse_dev(total_q * c.heads_q * sizeof(float));
+    DeviceBuffer ids_dev(std::max(total_pages, 1) * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpy(q_dev.as<void>(), q.bits.data(), q_dev.bytes(), cudaMemcpyHostToDevice));
+    const auto load_cache = [&](const std::vector<int32_t>& ids) {
+        const std::vector<uint16_t> k_cache = scatter(k.bits, c, ids, num_pages);
+        const std::vector<uint16_t> v_cache = scatter(v.bits, c, ids, num_pages);
+        CUDA_CHECK(cudaMemcpy(k_dev.as<void>(), k_cache.data(), k_dev.bytes(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(v_dev.as<void>(), v_cache.data(), v_dev.bytes(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(ids_dev.as<void>(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    };
+    std::vector<int32_t> ids = shuffled_pages(total_pages, num_pages, rng);
+    load_cache(ids);
+
+    std::vector<int32_t> cu_q{0}, kv_lengths(c.seqlens_k.begin(), c.seqlens_k.end());
+    for (int length : c.seqlens_q) cu_q.push_back(cu_q.back() + length);
+    fas_plan_args args;
+    fas_plan_args_init(&args);
+    args.dtype = dtype;
+    args.cu_seqlens_q = cu_q.data();
+    args.batch_size = batch;
+    args.num_heads_q = c.heads_q;
+    args.num_heads_k = c.heads_kv;
+    args.head_dim = c.head_dim;
+    args.causal = c.causal ? 1 : 0;
+    args.kv_layout = FAS_KV_PAGED;
+    args.kv_lengths = kv_lengths.data();
+    args.page_size = c.page_size;
+    args.num_pages = num_pages;
+    args.page_indices_host = ids.data();
+    fas_plan* plan = nullptr;
+    if (fas_plan_create(&args, &plan) != FAS_SUCCESS) {
+        return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
+    }
+    fas_plan_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    CUDA_CHECK(fas_plan_get_info(plan, &info) == FAS_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+    const std::string plan_detail = std::string(" plan=") + info.family_name + "/hd" +
+                                    std::to_string(info.kernel_head_dim) + " tile=" +
+                                    std::to_string(info.query_tile_rows) + " splits=" + std::to_string(info.kv_splits) +
+                                    " ctas=" + std::to_string(info.num_ctas) + " pages=" + std::to_string(info.total_pages);
+    if (info.family != FAS_FAMILY_PAGED || info.total_pages != total_pages || info.packed_gqa != c.heads_q / c.heads_kv ||
+        (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR) {
+        fas_plan_destroy(plan);
+        return {false, "unexpected plan info:" + plan_detail};
+    }
+
+    fas_plan_run_args run;
+    fas_plan_run_args_init(&run);
+    run.q = q_dev.as<void>();
+    run.k = k_dev.as<void>();
+    run.v = v_dev.as<void>();
+    run.out = out_dev.as<void>();
+    run.softmax_lse = lse_dev.as<float>();
+    run.page_indices = ids_dev.as<int32_t>();
+    run.stream = stream;
+    std::vector<uint16_t> outs[2];
+    std::vector<float> lses[2];
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) load_cache(ids = shuffled_pages(total_pages, num_pages, rng));  // a new step's page table
+        CUDA_CHECK(cudaMemset(out_dev.as<void>(), 0xFF, out_dev.bytes()));
+        CUDA_CHECK(cudaMemset(lse_dev.as<void>(), 0xFF, lse_dev.bytes()));
+        if (fas_plan_run(plan, &run) != FAS_SUCCESS) {
+            const std::string message = fas_get_last_error();
+            fas_plan_destroy(plan);
+            return {false, "fas_plan_run failed: " + message + plan_detail};
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        outs[pass].resize(q_elements);
+        lses[pass].resize(total_q * c.heads_q);
+        CUDA_CHECK(cudaMemcpy(outs[pass].data(), out_dev.as<void>(), out_dev.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lses[pass].data(), lse_dev.as<void>(), lse_dev.bytes(), cudaMemcpyDeviceToHost));
+    }
+    if (fas_plan_destroy(plan) != FAS_SUCCESS) return {false, std::string("fas_plan_destroy: ") + fas_get_last_error()};
+    const bool same_runs = outs[0] == outs[1] && std::memcmp(lses[0].data(), lses[1].data(), lse_dev.bytes()) == 0;
+
+    AttentionCase ref_case{c.name, dtype, c.heads_q, c.heads_kv, c.head_dim, c.causal, true, c.seqlens_q, c.seqlens_k};
+    const Reference ref = compute_reference(ref_case, q.values, k.values, v.values, 1.f / std::sqrt(float(c.head_dim)));
+    OutputView view{outs[0].data(), static_cast<size_t>(c.heads_q) * c.head_dim};
+    view.lse = lses[0].data();
+    view.lse_layout = LseLayout::kTokenMajor;
+    view.lse_rows = total_q;
+    const Comparison result = compare_with_reference(ref_case, ref, view);
+    char numbers[200];
+    std::snprintf(numbers, sizeof numbers, "out_err=%.3e (tol %.3e) lse_err=%.3e (tol %.3e)", result.max_out_error,
+                  result.out_limit, result.max_lse_error, result.lse_limit);
+    std::string detail = numbers + plan_detail;
+    if (!same_runs) detail += " the run with a re-shuffled page table differs from the first";
+    if (result.non_finite_out) detail += " non-finite outputs=" + std::to_string(result.non_finite_out);
+    if (result.lse_mismatches) detail += " unexpected LSE=" + std::to_string(result.lse_mismatches);
+    return {result.passed && same_runs, detail};
+}
+
+std::string describe(const PagedCase& c, fas_dtype dtype) {
+    char text[200];
+    std::snprintf(text, sizeof text, "%-26s %s hdim=%d %d/%d %s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
+                  dtype_name(dtype), c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", c.page_size,
+                  c.seqlens_q.size(), *std::min_element(c.seqlens_q.begin(), c.seqlens_q.end()),
+                  *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
+                  *std::min_element(c.seqlens_k.begin(), c.seqlens_k.end()),
+                  *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+    return text;
+}
+
+// Bad paged arguments: a valid paged plan (2 sequences of 5 and 40 keys, pages of 16, 8 pages,
+// heads 2/1, head dim 128) broken one way, refused with FAS_ERROR_INVALID_ARGUMENT, a message
+// and no CUDA error left pending.
+const char* const kPagedMisuse[] = {
+    "paged plan with page_size 0",
+    "paged plan with num_pages 0",
+    "paged plan whose kv_lengths need more pages than the cache has",
+    "paged plan with a page id out of range (page_indices_host)",
+    "paged plan with cu_seqlens_k set too",
+    "paged plan with kv_lengths NULL",
+    "paged plan with a negative kv length",
+    "plan with kv_layout 7",
+    "paged run with page_indices NULL",
+    "paged run with out inside the k cache",
+};
+
+CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
+    DeviceBuffer q_dev(1 << 16), k_dev(1 << 20), v_dev(1 << 20), out_dev(1 << 16), ids_dev(64);
+    const int32_t cu_q[3] = {0, 1, 2}, cu_k[3] = {0, 5, 45};
+    int32_t lengths[2] = {5, which == 2 ? 200 : which == 6 ? -1 : 40};
+    const int32_t ids[4] = {3, 0, 7, which == 3 ? 8 : 5};
+    fas_plan_args args;
+    fas_plan_args_init(&args);
+    args.dtype = dtype;
+    args.cu_seqlens_q = cu_q;
+    args.cu_seqlens_k = which == 4 ? cu_k : nullptr;
+    args.batch_size = 2;
+    args.num_heads_q = 2;
+    args.num_heads_k = 1;
+    args.head_dim = 128;
+    args.causal = 1;
+    args.kv_layout = which == 7 ? static_cast<fas_kv_layout>(7) : FAS_KV_PAGED;
+    args.kv_lengths = which == 5 ? nullptr : lengths;
+    args.page_size = which == 0 ? 0 : 16;
+    args.num_pages = which == 1 ? 0 : 8;
+    args.page_indices_host = ids;
+    fas_plan* plan = nullptr;
+    fas_status status = fas_plan_create(&args, &plan);
+    if (which >= 8) {
+        if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
+        CUDA_CHECK(cudaMemcpy(ids_dev.as<void>(), ids, sizeof ids, cudaMemcpyHostToDevice));
+        fas_plan_run_args run;
+        fas_plan_run_args_init(&run);
+        run.q = q_dev.as<void>();
+        run.k = k_dev.as<void>();
+        run.v = v_dev.as<void>();
+        run.out = which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>();
+        run.page_indices = which == 8 ? nullptr : ids_dev.as<int32_t>();
+        run.stream = stream;
+        status = fas_plan_run(plan, &run);
+    }
+    const std::string message = fas_get_last_error();
+    if (plan != nullptr) fas_plan_destroy(plan);
+    const cudaError_t pending = cudaPeekAtLastError();
+    const bool passed = status == FAS_ERROR_INVALID_ARGUMENT && !message.empty() && pending == cudaSuccess;
+    return {passed, "status=" + std::to_string(static_cast<int>(status)) +
+                        (status == FAS_SUCCESS ? std::string(" (accepted)") : " message=\"" + message + "\"")};
+}
+
+}  // namespace
+
+void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally) {
+    std::vector<PagedCase> cases;
+    for (int head_dim : {64, 128, 256}) {
+        bool built = false;
+        for (int index = 0; index < fas_num_kernels(); ++index) {
+            fas_kernel_info info;
+            if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "paged") == 0 &&
+                info.dtype == dtype && info.head_dim == head_dim) {
+                built = true;
+            }
+        }
+        if (!built) continue;
+        // Decode: one query per sequence against 0, 1, 7 and 4097 keys, GQA 8 (Qwen2.5-VL: 16/2).
+        cases.push_back({"paged-decode", 16, 2, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}});
+        // Page size 1 and 256, shuffled pages; GQA 1, 7 and 16.
+        cases.push_back({"paged-decode-page1", 8, 8, head_dim, true, 1, {1, 1, 1}, {300, 1, 77}});
+        cases.push_back({"paged-decode-gqa7", 14, 2, head_dim, true, 256, {1, 1, 1}, {4097, 513, 9}});
+        cases.push_back({"paged-decode-gqa16", 16, 1, head_dim, true, 16, {1, 1}, {1000, 31}});
+        // One long sequence: the KV split across CTAs and merged.
+        cases.push_back({"paged-decode-split", 16, 2, head_dim, true, 16, {1}, {quick ? 20000 : 65536}, true});
+        // Speculative decoding: 2..8 queries per sequence, causal (bottom-right), the 16-row tile
+        // (2 x 8) and the 64-row tile (8 x 8), with a split.
+        cases.push_back({"paged-spec", 16, 2, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}});
+        cases.push_back({"paged-spec-split", 16, 2, head_dim, true, 64, {8}, {30000}, true});
+        if (!quick) {
+            cases.push_back({"paged-spec-gqa7", 7, 1, head_dim, true, 32, {3, 8, 1}, {100, 2000, 8}});
+            // Chunked prefill over cached pages (queries fewer than keys), causal and not.
+            cases.push_back({"paged-chunked-prefill", 16, 2, head_dim, true, 16, {512, 100}, {4096, 100}});
+            cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
+            cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
+                             std::vector<int>(300, 1500)});
+        }
+    }
+    uint64_t seed = 7000 + static_cast<uint64_t>(dtype);
+    for (const PagedCase& c : cases) {
+        report(describe(c, dtype), guarded([&] { return run_paged_case(c, dtype, seed++, stream); }), tally);
+    }
+    // The misuse plan is head dim 128.
+    if (std::none_of(cases.begin(), cases.end(), [](const PagedCase& c) { return c.head_dim == 128; })) return;
+    for (int which = 0; which < static_cast<int>(sizeof kPagedMisuse / sizeof kPagedMisuse[0]); ++which) {
+        report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
+    }
+}
+
+}  // namespace gpu_test
