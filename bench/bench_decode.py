@@ -123,14 +123,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS],
+                        help="BATCHxKV_LENGTH rows to time (default: the issue's four)")
     args = parser.parse_args()
+    try:
+        rows = [tuple(int(part) for part in row.lower().split("x")) for row in args.rows]
+    except ValueError:
+        parser.error(f"--rows takes BATCHxKV_LENGTH, e.g. 64x4096; got {' '.join(args.rows)}")
     lib = Library(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, 1 query\n")
     print("| batch x KV | KV bytes | ours contiguous | TB/s | paged 16 | TB/s | paged 64 | TB/s | cuDNN | TB/s "
           "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs | max err |")
     print("| --- " * 16 + "|")
-    for batch, kv_len in ROWS:
+    for batch, kv_len in rows:
         row = decode_row(lib, batch, kv_len, args.repeats)
         t, info = row["times"], row["infos"]["contiguous"]
         nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2

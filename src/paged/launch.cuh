@@ -119,10 +119,20 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     cudaError_t error =
         cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
     if (error != cudaSuccess) return error;
-    const dim3 grid(a.num_ctas, 1, a.num_heads_k);
-    const dim3 block(32, Traits::kWarpsQ, Traits::kWarpsKV);
-    Traits::kernel<<<grid, block, Traits::kSmemBytes, stream>>>(params);
-    error = cudaGetLastError();
+    // Programmatic dependent launch: each kernel may start while the one before it on the stream
+    // drains, and waits (griddepcontrol.wait) before it reads anything that kernel could write;
+    // what it reads earlier is the plan's own schedule. Saves a launch gap per kernel.
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(a.num_ctas, 1, a.num_heads_k);
+    config.blockDim = dim3(32, Traits::kWarpsQ, Traits::kWarpsKV);
+    config.dynamicSmemBytes = Traits::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    error = cudaLaunchKernelEx(&config, Traits::kernel, params);
     if (error != cudaSuccess || !a.split) return error;
 
     // One CTA per (row, head) pair at most, a few per SM (FlashInfer's merge is persistent).
@@ -131,11 +141,14 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
     error = cudaFuncSetAttribute(Traits::merge, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kMergeSmem);
     if (error != cudaSuccess) return error;
-    Traits::merge<<<static_cast<unsigned>(ctas), dim3(Traits::kMergeBdx, Traits::kMergeBdy), Traits::kMergeSmem,
-                    stream>>>(static_cast<T*>(a.tmp_v), a.tmp_s, ids(a.merge_indptr),
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(Traits::kMergeBdx, Traits::kMergeBdy);
+    config.dynamicSmemBytes = Traits::kMergeSmem;
+    error = cudaLaunchKernelEx(&config, Traits::merge, static_cast<T*>(a.tmp_v), a.tmp_s, ids(a.merge_indptr),
                               static_cast<T*>(a.out) + out_offset * HeadDim,
                               a.lse == nullptr ? nullptr : a.lse + out_offset, static_cast<uint32_t>(a.merge_rows),
-                              nullptr, static_cast<uint32_t>(a.num_heads_q));
+                              static_cast<uint32_t*>(nullptr), static_cast<uint32_t>(a.num_heads_q));
+    if (error != cudaSuccess) return error;
     return cudaGetLastError();
 }
 
