@@ -7,9 +7,10 @@ measured in the same run on the same GPU.
 Rows: batch x KV length in {64 x 4k, 8 x 32k, 1 x 128k, 256 x 1k}, GQA 16/2, head dim 128,
 bf16, causal (one query sees every key). Columns: time and KV bandwidth (bytes of K and V read
 / time) of the library on contiguous KV (a varlen plan: the plan describes the KV as pages),
-on a paged cache with pages of 16 and 64 (pages shuffled), and of SDPA cuDNN / flash on the
+on a paged cache with pages of 1, 16 and 64 (pages shuffled), and of SDPA cuDNN / flash on the
 contiguous KV (enable_gqa, no copies); then the library's ratio to cuDNN, paged vs contiguous,
-and the planning cost of a step: (create + 36 runs + destroy_async) against 36 runs with the
+paged 1 against contiguous (last columns, after the issue's columns), and the planning cost
+of a step: (create + 36 runs + destroy_async) against 36 runs with the
 plan reused, as a share of the 36 runs (an engine plans once per step and runs every layer).
 Timing: bench_attention.median_ms_each (rounds in shuffled order, median of samples).
 """
@@ -75,7 +76,7 @@ def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
     fns["contiguous"], fns["step"], fns["layers"], infos["contiguous"] = plan_runner(lib, args, run)
 
     # Paged caches: the same keys, pages of `page` in shuffled order.
-    for page in (16, 64):
+    for page in (1, 16, 64):
         pages_per_seq = (kv_len + page - 1) // page
         num_pages = batch * pages_per_seq
         ids = torch.randperm(num_pages, device=dev, dtype=torch.int64).to(torch.int32)
@@ -134,21 +135,23 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, 1 query\n")
     print("| batch x KV | KV bytes | ours contiguous | TB/s | paged 16 | TB/s | paged 64 | TB/s | cuDNN | TB/s "
-          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs | max err |")
-    print("| --- " * 16 + "|")
+          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs | max err "
+          "| paged 1 | paged 1 / contiguous |")
+    print("| --- " * 18 + "|")
     for batch, kv_len in rows:
         row = decode_row(lib, batch, kv_len, args.repeats)
         t, info = row["times"], row["infos"]["contiguous"]
         nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
-        ours, page16, page64, cudnn = (t.get(n) for n in ("contiguous", "page16", "page64", "cudnn"))
+        ours, page1, page16, page64, cudnn = (t.get(n) for n in ("contiguous", "page1", "page16", "page64", "cudnn"))
         vs_cudnn = f"{cudnn / ours:.2f}x" if isinstance(ours, float) and isinstance(cudnn, float) else "n/a"
         vs_contig = f"{page16 / ours:.2f}" if isinstance(ours, float) and isinstance(page16, float) else "n/a"
+        page1_vs = f"{page1 / ours:.2f}" if isinstance(ours, float) and isinstance(page1, float) else "n/a"
         step, layers = t.get("step"), t.get("layers")
         plan_share = f"{(step - layers) / layers * 100:.1f}%" if isinstance(step, float) and isinstance(layers, float) else "n/a"
         print(f"| {batch} x {kv_len // 1024}k | {nbytes / 1e6:.0f} MB | {us(ours)} | {tbps(nbytes, ours)} | {us(page16)} "
               f"| {tbps(nbytes, page16)} | {us(page64)} | {tbps(nbytes, page64)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
               f"| {us(t.get('flash'))} | {vs_cudnn} | {vs_contig} | {plan_share} | {info.kv_splits} x {info.num_ctas} "
-              f"| {row['error']:.1e} |", flush=True)
+              f"| {row['error']:.1e} | {us(page1)} | {page1_vs} |", flush=True)
         del row
         torch.cuda.empty_cache()
 

@@ -440,7 +440,7 @@ typedef struct fas_plan_info {
     int kernel_head_dim;        /* head dim of the kernel that runs */
     fas_lse_layout lse_layout;  /* layout of softmax_lse written by fas_plan_run */
     int total_q;                /* cu_seqlens_q[batch_size] */
-    int total_k;                /* cu_seqlens_k[batch_size] */
+    int total_k;                /* cu_seqlens_k[batch_size]; 0 for a paged KV cache */
     int device;                 /* CUDA device the plan belongs to */
     size_t device_bytes;        /* device memory owned by the plan */
     const char* sm90_unused_reason; /* "" for SM90 plans, else why SM90 was not used; valid
