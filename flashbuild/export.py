@@ -3,11 +3,15 @@ bin/, manifest.json and SHA256SUMS, plus a tarball beside it.
 
 Everything is assembled in a hidden staging folder and renamed into place only when
 complete, so an interrupted or failed build never leaves a complete-looking artifact.
+The tarball is deterministic: entries sorted, owned by 0:0 with no names, modes 0755 / 0644,
+every mtime the build time (build_time.py), gzip without a timestamp or file name; the same
+inputs give the same bytes.
 """
 
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import os
 import shutil
@@ -15,6 +19,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from .build_time import BuildTime
 from .errors import ExportError
 from .hashing import sha256_of
 from .library import PRODUCT, LibraryName
@@ -45,10 +50,35 @@ def _file_hashes(root: Path) -> dict[str, str]:
     }
 
 
+def _normalized(info: tarfile.TarInfo, mtime: int) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = mtime
+    if not info.issym():
+        info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+    return info
+
+
+def write_tarball(path: Path, folder: Path, top: str, mtime: int) -> None:
+    """folder as top/... in a gzip'd tar at path, byte for byte the same for the same files."""
+    entries = [folder, *sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix())]
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for entry in entries:
+            name = top if entry == folder else f"{top}/{entry.relative_to(folder).as_posix()}"
+            info = _normalized(tar.gettarinfo(str(entry), arcname=name), mtime)
+            if info.isreg():
+                with open(entry, "rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+
+
 def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Path,
-                    test_binary: Path, manifest: dict) -> tuple[Path, Path]:
+                    test_binary: Path, manifest: dict, when: BuildTime) -> tuple[Path, Path]:
     """Write artifacts/<version>/<entry>/ and its tarball atomically (the version is the
-    library's, from its real name). Returns both paths."""
+    library's, from its real name); `when` dates the manifest and the tarball's entries.
+    Returns both paths."""
     version = LibraryName.of_file(library.name).version_string
     version_dir = artifacts_root / version
     final_dir = version_dir / entry
@@ -65,13 +95,13 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Pat
         _populate(staging, library, header, test_binary)
         files = _file_hashes(staging)
         manifest = {**manifest, "manifest_schema": MANIFEST_SCHEMA, "product": PRODUCT, "version": version,
-                    "entry": entry, "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                        timespec="seconds"), "files": files}
+                    "entry": entry, "files": files,
+                    "created_utc": datetime.datetime.fromtimestamp(when.epoch, datetime.timezone.utc).isoformat(),
+                    "created_from": when.source}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         sums = _file_hashes(staging)
         (staging / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))
-        with tarfile.open(tmp_tarball, "w:gz") as tar:
-            tar.add(staging, arcname=top)
+        write_tarball(tmp_tarball, staging, top, when.epoch)
         # Swap into place: the old artifact (if any) goes only after the new one is whole.
         previous = None
         if final_dir.exists():

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import checks, export, images, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client
+from .build_time import build_time
 from .errors import ConfigError, VerifyError
 from .kernelgen import stale_files
 from .library import REAL_NAME_GLOB, STEM
@@ -97,6 +98,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         raise ConfigError(f"kernels/ does not match matrix.yaml: {', '.join(stale[:5])}",
                           fix="run `invoke generate` and commit kernels/")
     started = time.monotonic()
+    when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     client = docker_client()  # before the downloads: no engine should cost no fetch
     fetched = fetch_sources(paths, local, offline, only=plan.sources_needed)
     exported = []
@@ -117,7 +119,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())
         folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.header,
-                                                 result.test_binary, with_report(manifest, report))
+                                                 result.test_binary, with_report(manifest, report), when)
         log(f"exported {folder.relative_to(paths.repo)} and {tarball.relative_to(paths.repo)}")
         exported.append(folder)
     log(f"matrix {plan.matrix.name} done in {time.monotonic() - started:.0f} s")

@@ -8,7 +8,10 @@ import tarfile
 import pytest
 
 from flashbuild import export
-from flashbuild.errors import ExportError
+from flashbuild.build_time import BuildTime, build_time
+from flashbuild.errors import ConfigError, ExportError
+
+WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def inputs(tmp_path):
 
 def test_complete_artifact(tmp_path, inputs):
     artifacts = tmp_path / "artifacts"
-    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"matrix": "smoke"})
+    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"matrix": "smoke"}, WHEN)
     assert folder == artifacts / "0.1.0" / "e1"
     assert os.readlink(folder / "lib" / "libflash_attn_standalone.so.0") == "libflash_attn_standalone.so.0.1.0"
     assert os.readlink(folder / "lib" / "libflash_attn_standalone.so") == "libflash_attn_standalone.so.0"
@@ -55,27 +58,57 @@ def test_failure_midway_leaves_nothing_complete_looking(tmp_path, inputs, monkey
 
     monkeypatch.setattr(export.tarfile, "open", broken_open)
     with pytest.raises(ExportError, match="No space left"):
-        export.export_artifact(artifacts, "e1", *inputs, {})
+        export.export_artifact(artifacts, "e1", *inputs, {}, WHEN)
     assert list((artifacts / "0.1.0").iterdir()) == []
 
 
 def test_failed_reexport_keeps_the_previous_artifact(tmp_path, inputs, monkeypatch):
     artifacts = tmp_path / "artifacts"
-    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 1})
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 1}, WHEN)
     monkeypatch.setattr(export.tarfile, "open", lambda *a, **k: (_ for _ in ()).throw(OSError(5, "I/O error")))
     with pytest.raises(ExportError):
-        export.export_artifact(artifacts, "e1", *inputs, {"build": 2})
+        export.export_artifact(artifacts, "e1", *inputs, {"build": 2}, WHEN)
     assert json.loads((folder / "manifest.json").read_text())["build"] == 1
 
 
 def test_reexport_replaces_and_stale_staging_is_cleaned(tmp_path, inputs):
     artifacts = tmp_path / "artifacts"
-    export.export_artifact(artifacts, "e1", *inputs, {"build": 1})
+    export.export_artifact(artifacts, "e1", *inputs, {"build": 1}, WHEN)
     leftover = artifacts / "0.1.0" / ".staging-e1-interrupted"
     leftover.mkdir()
     export.clean_stale_staging(artifacts)
     assert not leftover.exists()
-    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 2})
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"build": 2}, WHEN)
     assert json.loads((folder / "manifest.json").read_text())["build"] == 2
     assert sorted(p.name for p in (artifacts / "0.1.0").iterdir()) == [
         "e1", "flash_attn_standalone-0.1.0-e1.tar.gz", "flash_attn_standalone-0.1.0-e1.tar.gz.sha256"]
+
+
+def test_two_exports_of_the_same_files_give_the_same_tarball_bytes(tmp_path, inputs):
+    """Reproducible artifacts: sorted entries, 0:0 owners, the build time as every mtime, and
+    gzip without its own timestamp; the manifest is dated by the build time, not the clock."""
+    tarballs = []
+    for run, mode in enumerate((0o600, 0o640)):  # local umask and file times must not matter
+        for path in inputs:
+            path.chmod(mode | (0o100 if path.name == "test_varlen_inference" else 0))
+            os.utime(path, (1_000_000 + run, 1_000_000 + run))
+        _, tarball = export.export_artifact(tmp_path / f"artifacts{run}", "e1", *inputs, {"matrix": "smoke"}, WHEN)
+        tarballs.append(tarball.read_bytes())
+    assert tarballs[0] == tarballs[1]
+    with tarfile.open(tmp_path / "artifacts0" / "0.1.0" / export.tarball_name("0.1.0", "e1")) as tar:
+        members = tar.getmembers()
+        manifest = json.load(tar.extractfile("flash_attn_standalone-0.1.0-e1/manifest.json"))
+    assert [m.name for m in members] == sorted(m.name for m in members)
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", WHEN.epoch)}
+    assert {m.mode for m in members if m.isfile()} == {0o644, 0o755}
+    assert manifest["created_utc"] == "2023-11-14T22:13:20+00:00"
+    assert manifest["created_from"] == "SOURCE_DATE_EPOCH"
+
+
+def test_build_time_prefers_source_date_epoch_then_the_commit(tmp_path, repo):
+    assert build_time(tmp_path, {"SOURCE_DATE_EPOCH": "1234"}) == BuildTime(1234, "SOURCE_DATE_EPOCH")
+    from_commit = build_time(repo, {})
+    assert from_commit.source.startswith("commit ") and from_commit.epoch > 1_600_000_000
+    assert build_time(tmp_path, {}).source == "clock"  # not a git checkout
+    with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH is 'yesterday'"):
+        build_time(tmp_path, {"SOURCE_DATE_EPOCH": "yesterday"})
