@@ -195,6 +195,7 @@ PROTOTYPES = {
     "fas_plan_destroy_async": (ENUM_CTYPE, [_VOID_P, _VOID_P]),
     "fas_plan_get_info": (ENUM_CTYPE, [_VOID_P, _P(PlanInfo)]),
     "fas_query_plan_support": (ENUM_CTYPE, [ENUM_CTYPE, _INT, _INT, _P(ENUM_CTYPE), _P(_INT)]),
+    "fas_query_paged_support": (ENUM_CTYPE, [ENUM_CTYPE, _INT, _INT, _INT, _INT, _P(_INT)]),
 }
 
 

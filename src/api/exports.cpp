@@ -68,6 +68,12 @@ fas_status fas_query_support(fas_dtype dtype, int head_dim, int causal, int* ker
     return fas::guarded([&] { return fas::query_support(dtype, head_dim, causal, kernel_head_dim); });
 }
 
+fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
+                                   int* query_tile_rows) {
+    return fas::guarded(
+        [&] { return fas::query_paged_support(dtype, head_dim, causal, max_query_len, group, query_tile_rows); });
+}
+
 fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
                                   int* kernel_head_dim) {
     return fas::guarded([&] { return fas::query_plan_support(dtype, head_dim, causal, family, kernel_head_dim); });

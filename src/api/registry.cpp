@@ -86,4 +86,33 @@ fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_fam
     return FAS_SUCCESS;
 }
 
+fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
+                               int* query_tile_rows) {
+    if (!is_16bit_dtype(dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("dtype ", static_cast<int>(dtype), " is not FAS_DTYPE_FP16 or FAS_DTYPE_BF16; the paged "
+                           "family takes 16-bit q, k and v"));
+    }
+    fas_status status = validate_head_dim(head_dim);
+    if (status != FAS_SUCCESS) return status;
+    if (max_query_len < 1 || group < 1) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("max_query_len (", max_query_len, ") and group (", group, ") must be >= 1"));
+    }
+    DeviceProps device{};
+    status = check_current_device(&device);
+    if (status != FAS_SUCCESS) return status;
+    if (!device.is_sm90()) {
+        return fail(FAS_ERROR_UNSUPPORTED_DEVICE,
+                    concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
+                           "; the paged kernels are built for 9.0"));
+    }
+    std::string why;
+    const fas_paged::Kernel* kernel =
+        fas_paged::choose_kernel(dtype, head_dim, causal != 0, max_query_len, group, &why);
+    if (kernel == nullptr) return fail(FAS_ERROR_NOT_BUILT, why);
+    if (query_tile_rows != nullptr) *query_tile_rows = kernel->tile_q;
+    return FAS_SUCCESS;
+}
+
 }  // namespace fas

@@ -16,6 +16,10 @@ fas_status query_support(fas_dtype dtype, int head_dim, int causal, int* kernel_
 // The plan API's choice on the current device: SM90 where built, else FA2.
 fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family, int* kernel_head_dim);
 
+// The paged family's kernel for decode-shaped and paged-KV plans on the current device.
+fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
+                               int* query_tile_rows);
+
 }  // namespace fas
 
 #endif  // FAS_API_REGISTRY_H

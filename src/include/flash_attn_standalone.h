@@ -545,6 +545,17 @@ FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
 FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
                                           int* kernel_head_dim);
 
+/* Whether the paged family can serve a plan for (dtype, head_dim, causal) with at most
+ * max_query_len queries per sequence and `group` = num_heads_q / num_heads_k query heads per KV
+ * head on the CURRENT device: a paged KV cache, or a varlen plan of at most 8 queries per
+ * sequence (see PAGED KV CACHE). On FAS_SUCCESS stores the query tile rows of the kernel that
+ * would serve it (16 or 64; fas_plan_info.query_tile_rows of such a plan) in *query_tile_rows
+ * (may be NULL). FAS_ERROR_NOT_BUILT (the message lists the paged kernels of this build),
+ * FAS_ERROR_UNSUPPORTED_DEVICE, or FAS_ERROR_INVALID_ARGUMENT for a bad dtype, head_dim,
+ * max_query_len (>= 1) or group (>= 1). Added in 0.2. */
+FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
+                                           int* query_tile_rows);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

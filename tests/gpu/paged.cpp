@@ -109,10 +109,17 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                                     std::to_string(info.kernel_head_dim) + " tile=" +
                                     std::to_string(info.query_tile_rows) + " splits=" + std::to_string(info.kv_splits) +
                                     " ctas=" + std::to_string(info.num_ctas) + " pages=" + std::to_string(info.total_pages);
+    int queried_tile = 0;
+    const fas_status queried =
+        fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0,
+                                *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()), c.heads_q / c.heads_kv,
+                                &queried_tile);
     if (info.family != FAS_FAMILY_PAGED || info.total_pages != total_pages || info.packed_gqa != c.heads_q / c.heads_kv ||
-        (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR) {
+        (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
+        queried_tile != info.query_tile_rows) {
         fas_plan_destroy(plan);
-        return {false, "unexpected plan info:" + plan_detail};
+        return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
+                           ", tile " + std::to_string(queried_tile) + "):" + plan_detail};
     }
 
     fas_plan_run_args run;
