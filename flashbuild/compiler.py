@@ -193,6 +193,23 @@ class EntryCompiler:
         return TUSpec(host.name, "host", source, flags,
                       self._key(source, flags, host.upstream, self.registry.read_text()))
 
+    def artifact_key(self) -> str:
+        """A key over every input of the entry's artifact: each TU's object key, the link's
+        inputs (exports map, GPU test sources, header, version, archs) and the image. Equal keys
+        mean an export would write the same library, test binary and header again."""
+        self.write_registry()
+        h = hashlib.sha256()
+        specs = [self.kernel_spec(tu) for tu in self.plan.kernels] + [self.host_spec(host) for host in self.plan.hosts]
+        parts = [f"{spec.name}={spec.key}" for spec in sorted(specs, key=lambda spec: spec.name)]
+        parts += [self.image.image_id, self.name.real, json.dumps(list(self.plan.entry.archs)),
+                  (self.repo_root / EXPORTS_MAP).read_text(), (self.repo_root / HEADER).read_text()]
+        for source in self.gpu_test_sources():
+            parts += [source.name, source.read_text()]
+        for part in parts:
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
     # -- one TU ---------------------------------------------------------------------------
     def _compile(self, spec: TUSpec) -> TUResult:
         name, kind = spec.name, spec.kind

@@ -121,6 +121,29 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Pat
     return final_dir, tarball
 
 
+def up_to_date(artifacts_root: Path, version: str, entry: str, artifact_key: str) -> Path | None:
+    """The exported folder of entry if it was built from inputs with this key (its manifest says
+    so) and its tarball and files still match their recorded sha256; else None (build it)."""
+    folder = artifacts_root / version / entry
+    tarball = folder.parent / tarball_name(version, entry)
+    digest_file = folder.parent / f"{tarball.name}.sha256"
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        recorded = digest_file.read_text().split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    if manifest.get("artifact_key") != artifact_key or not tarball.is_file() or sha256_of(tarball) != recorded:
+        return None
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return None
+    for name, digest in files.items():
+        path = folder / name
+        if not path.is_file() or sha256_of(path) != digest:
+            return None
+    return folder
+
+
 def clean_stale_staging(artifacts_root: Path) -> None:
     """Remove staging folders an interrupted export left behind."""
     for leftover in artifacts_root.glob("*/.staging-*"):

@@ -106,15 +106,23 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     for entry_plan in plan.entries:
         image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
         log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
+        compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
+        artifact_key = compiler.artifact_key()
+        current = export.up_to_date(paths.artifacts, compiler.name.version_string, entry_plan.name, artifact_key)
+        if current is not None:
+            log(f"entry {entry_plan.name}: {current.relative_to(paths.repo)} is up to date (same inputs); left alone")
+            exported.append(current)
+            continue
         with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name) as container:
-            compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, container)
+            compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
             result = compiler.link(results)
             toolchain = {**images.describe(image),
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
                             for tool in ("nvcc", "ptxas")}}
-            manifest = entry_manifest(plan.matrix.name, result, fetched, toolchain, compiler.stats, paths.repo)
+            manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, compiler.stats, paths.repo),
+                        "artifact_key": artifact_key}
             report = verify_build(container.run_tool, result, manifest, paths)
             checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())

@@ -66,11 +66,24 @@ def test_test_binary_runs_here_and_reports_no_gpu(smoke_artifact):
     assert "no CUDA device" in result.stderr
 
 
-def test_second_build_is_cached(smoke_artifact):
-    repo, _, _, _ = smoke_artifact
+def test_second_build_leaves_the_up_to_date_artifact_alone(smoke_artifact):
+    repo, _, folder, _ = smoke_artifact
+    written = (folder / "manifest.json").stat().st_mtime_ns
+    result = invoke(repo, "build", "--matrix", "smoke")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "is up to date (same inputs); left alone" in result.stdout
+    assert (folder / "manifest.json").stat().st_mtime_ns == written
+
+
+def test_an_artifact_that_changed_is_rebuilt_from_cached_objects(smoke_artifact):
+    repo, version, folder, _ = smoke_artifact
+    tarball = folder.parent / f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
+    tarball.write_bytes(b"damaged")
     result = invoke(repo, "build", "--matrix", "smoke")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok     fa2_fwd_hdim64_fp16_sm90 cached" in result.stdout
+    recorded = (folder.parent / f"{tarball.name}.sha256").read_text().split()[0]
+    assert hashlib.sha256(tarball.read_bytes()).hexdigest() == recorded
 
 
 def test_verify_passes_on_the_artifact(smoke_artifact):

@@ -112,3 +112,18 @@ def test_build_time_prefers_source_date_epoch_then_the_commit(tmp_path, repo):
     assert build_time(tmp_path, {}).source == "clock"  # not a git checkout
     with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH is 'yesterday'"):
         build_time(tmp_path, {"SOURCE_DATE_EPOCH": "yesterday"})
+
+
+def test_an_export_with_the_same_inputs_is_up_to_date_until_anything_in_it_changes(tmp_path, inputs):
+    artifacts = tmp_path / "artifacts"
+    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "k1"}, WHEN)
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") == folder
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "k2") is None, "other inputs"
+    assert export.up_to_date(artifacts, "0.1.0", "e2", "k1") is None, "never exported"
+    library = folder / "lib" / "libflash_attn_standalone.so.0.1.0"
+    original = library.read_bytes()
+    library.write_bytes(b"edited")
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") is None, "a file of the folder changed"
+    library.write_bytes(original)
+    tarball.write_bytes(b"truncated")
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") is None, "the tarball no longer matches its .sha256"
