@@ -168,10 +168,13 @@ class EntryCompiler:
         return h.hexdigest()
 
     def _key(self, source: Path, flags: list[str], upstream: Upstream | None, extra: str = "") -> str:
+        """The object's cache key. The flags name host paths; the container sees the clone at one
+        fixed path, so the key holds them relative to the clone and two clones share keys."""
         h = hashlib.sha256()
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
-        for part in (source.read_text(), json.dumps(flags), self.image.image_id, pin, headers, extra):
+        portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
+        for part in (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()

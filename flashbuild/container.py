@@ -1,7 +1,10 @@
 """One class owns a toolchain container's whole lifetime, as a context manager.
 
-The repository is bind-mounted at its own absolute path, so paths in logs, objects and
-error messages mean the same thing inside and outside. Commands run as the calling
+The repository is bind-mounted at one fixed path, MOUNT_POINT, whatever folder the clone is
+in, so that what nvcc writes into objects (source and include paths) does not depend on where
+the clone lives. Callers pass host paths: exec translates every argument (and a log path) that
+names something under the repository to its path in the container. Other folders a command
+needs (extra_mounts) are mounted read-only at their own paths. Commands run as the calling
 user, so everything written under build/ belongs to them.
 """
 
@@ -14,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EnvironmentProblem, FlashBuildError
+
+MOUNT_POINT = "/flashbuild/src"
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,9 @@ class ToolchainContainer:
             detach=True,
             init=True,
             network_mode="none",  # compiling needs no network; nothing may leak in or out
-            volumes={str(self.repo_root): {"bind": str(self.repo_root), "mode": "rw"},
+            volumes={str(self.repo_root): {"bind": MOUNT_POINT, "mode": "rw"},
                      **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts}},
-            working_dir=str(self.repo_root),
+            working_dir=MOUNT_POINT,
             environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
             user=f"{os.getuid()}:{os.getgid()}",
         )
@@ -78,16 +83,22 @@ class ToolchainContainer:
                 pass
             self._container = None
 
+    def inside(self, text: str) -> str:
+        """text with the repository's host path replaced by its path in the container (in
+        flags too, e.g. -I/host/clone/src)."""
+        return text.replace(str(self.repo_root), MOUNT_POINT)
+
     def exec(self, argv: list[str], log_path: Path | None = None) -> ExecResult:
-        """Run argv inside the container. With log_path, output goes to that file (so it
-        survives a failure and can be shown later) and is also returned."""
+        """Run argv (host paths) inside the container. With log_path, output goes to that file
+        (so it survives a failure and can be shown later) and is also returned."""
+        argv = [self.inside(str(arg)) for arg in argv]
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            command = f"{shlex.join(argv)} > {shlex.quote(str(log_path))} 2>&1"
-            code, _ = self._container.exec_run(["sh", "-c", command], workdir=str(self.repo_root))
+            command = f"{shlex.join(argv)} > {shlex.quote(self.inside(str(log_path)))} 2>&1"
+            code, _ = self._container.exec_run(["sh", "-c", command], workdir=MOUNT_POINT)
             output = log_path.read_text(errors="replace") if log_path.exists() else ""
             return ExecResult(code, output)
-        code, output = self._container.exec_run(argv, workdir=str(self.repo_root))
+        code, output = self._container.exec_run(argv, workdir=MOUNT_POINT)
         return ExecResult(code, output.decode("utf-8", "replace"))
 
     def run_tool(self, argv: list[str]) -> tuple[int, str]:
