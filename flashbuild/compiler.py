@@ -227,10 +227,7 @@ class EntryCompiler:
         argv = ["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
                 "nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
         started = time.monotonic()
-        # A .cu compile runs in a fresh container: nvcc's temporary names (which the object
-        # keeps) carry its PID, and only there is that PID the same on every build.
-        run = self.container.exec_isolated if spec.source.suffix == ".cu" else self.container.exec
-        result = run(argv, log_path=log_path)
+        result = self.container.exec(argv, log_path=log_path)
         wall = time.monotonic() - started
         peak_kb = None
         if time_path.is_file():

@@ -53,10 +53,6 @@ class ToolchainContainer:
         self.extra_mounts = [p.resolve() for p in extra_mounts or [] if not p.resolve().is_relative_to(self.repo_root)]
         self._container = None
 
-    def _volumes(self) -> dict:
-        return {str(self.repo_root): {"bind": MOUNT_POINT, "mode": "rw"},
-                **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts}}
-
     def __enter__(self) -> "ToolchainContainer":
         from docker.errors import DockerException
 
@@ -67,7 +63,8 @@ class ToolchainContainer:
             detach=True,
             init=True,
             network_mode="none",  # compiling needs no network; nothing may leak in or out
-            volumes=self._volumes(),
+            volumes={str(self.repo_root): {"bind": MOUNT_POINT, "mode": "rw"},
+                     **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts}},
             working_dir=MOUNT_POINT,
             environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
             user=f"{os.getuid()}:{os.getgid()}",
@@ -103,34 +100,6 @@ class ToolchainContainer:
             return ExecResult(code, output)
         code, output = self._container.exec_run(argv, workdir=MOUNT_POINT)
         return ExecResult(code, output.decode("utf-8", "replace"))
-
-    def exec_isolated(self, argv: list[str], log_path: Path) -> ExecResult:
-        """Like exec with a log, but in a short-lived container of the same image, mounts and
-        user, so that the command's processes get the same PIDs every time: nvcc names its
-        temporary files after its PID and those names end up in the object (see
-        docs/design/reproducible-builds.md). Costs a container start (about a second)."""
-        from docker.errors import DockerException
-
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = f"{shlex.join(self.inside(str(arg)) for arg in argv)} > {shlex.quote(self.inside(str(log_path)))} 2>&1"
-        helper = None
-        try:
-            helper = self.client.containers.run(
-                image=self.image, command=["sh", "-c", command], name=f"{self.name}-{uuid.uuid4().hex[:8]}",
-                detach=True, init=True, network_mode="none", volumes=self._volumes(), working_dir=MOUNT_POINT,
-                environment={"HOME": "/tmp", "TMPDIR": "/tmp"}, user=f"{os.getuid()}:{os.getgid()}",
-                labels={"flashbuild.parent": self.name})
-            code = helper.wait().get("StatusCode", 1)
-        except DockerException as exc:
-            raise FlashBuildError(f"cannot run a compile container from {self.image}: {exc}") from None
-        finally:
-            if helper is not None:
-                try:
-                    helper.remove(force=True)
-                except Exception:  # the compile's own outcome matters more than a failed cleanup
-                    pass
-        output = log_path.read_text(errors="replace") if log_path.exists() else ""
-        return ExecResult(code, output)
 
     def run_tool(self, argv: list[str]) -> tuple[int, str]:
         """The (exit code, output) form checks.py takes its tools in."""

@@ -16,11 +16,6 @@ class FakeContainer:
 
     def __init__(self):
         self.commands: list[list[str]] = []
-        self.isolated: list[str] = []  # the sources compiled through exec_isolated
-
-    def exec_isolated(self, argv, log_path):
-        self.isolated.append(argv[-1])
-        return self.exec(argv, log_path)
 
     def exec(self, argv, log_path=None):
         from flashbuild.container import ExecResult
