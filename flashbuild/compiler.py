@@ -30,7 +30,8 @@ from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
 from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
 from .sources import FetchedSource
 
-HEADER = Path("src/include/flash_attn_standalone.h")
+# The public headers: the one consumers include, and the plan API it includes.
+HEADERS = (Path("src/include/flash_attn_standalone.h"), Path("src/include/flash_attn_standalone_plan.h"))
 STANDINS = Path("src/standins")
 GPU_TEST_DIR = Path("tests/gpu")
 TEST_BINARY = "test_varlen_inference"
@@ -104,7 +105,7 @@ class EntryBuild:
     name: LibraryName
     library: Path  # the real file, lib/libflash_attn_standalone.so.X.Y.Z
     test_binary: Path
-    header: Path
+    headers: list  # the public headers (HEADERS), exported under include/
     kernel_objects: dict  # KernelTU.name -> Path
     tu_results: list = field(default_factory=list)
     compile_flags: list = field(default_factory=list)
@@ -198,14 +199,14 @@ class EntryCompiler:
 
     def artifact_key(self) -> str:
         """A key over every input of the entry's artifact: each TU's object key, the link's
-        inputs (exports map, GPU test sources, header, version, archs) and the image. Equal keys
-        mean an export would write the same library, test binary and header again."""
+        inputs (exports map, GPU test sources, headers, version, archs) and the image. Equal keys
+        mean an export would write the same library, test binary and headers again."""
         self.write_registry()
         h = hashlib.sha256()
         specs = [self.kernel_spec(tu) for tu in self.plan.kernels] + [self.host_spec(host) for host in self.plan.hosts]
         parts = [f"{spec.name}={spec.key}" for spec in sorted(specs, key=lambda spec: spec.name)]
         parts += [self.image.image_id, self.name.real, json.dumps(list(self.plan.entry.archs)),
-                  (self.repo_root / EXPORTS_MAP).read_text(), (self.repo_root / HEADER).read_text()]
+                  (self.repo_root / EXPORTS_MAP).read_text(), *((self.repo_root / h).read_text() for h in HEADERS)]
         for source in self.gpu_test_sources():
             parts += [source.name, source.read_text()]
         for part in parts:
@@ -312,7 +313,7 @@ class EntryCompiler:
         self._run_checked(build_test, TEST_BINARY, f"building {TEST_BINARY}")
         return EntryBuild(
             plan=self.plan, image=self.image, name=self.name, library=library,
-            test_binary=test_binary, header=self.repo_root / HEADER,
+            test_binary=test_binary, headers=[self.repo_root / h for h in HEADERS],
             kernel_objects={r.name: r.object_path for r in results if r.kind == "kernel"},
             tu_results=results, compile_flags=self.common_flags(),
         )

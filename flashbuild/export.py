@@ -31,13 +31,14 @@ def tarball_name(version: str, entry: str) -> str:
     return f"{PRODUCT}-{version}-{entry}.tar.gz"
 
 
-def _populate(staging: Path, library: Path, header: Path, test_binary: Path) -> None:
+def _populate(staging: Path, library: Path, headers: list[Path], test_binary: Path) -> None:
     lib = staging / "lib"
     lib.mkdir(parents=True)
     shutil.copy2(library, lib / library.name)
     LibraryName.of_file(library.name).make_links(lib)
     (staging / "include").mkdir()
-    shutil.copy2(header, staging / "include" / header.name)
+    for header in headers:
+        shutil.copy2(header, staging / "include" / header.name)
     (staging / "bin").mkdir()
     shutil.copy2(test_binary, staging / "bin" / test_binary.name)
 
@@ -74,7 +75,7 @@ def write_tarball(path: Path, folder: Path, top: str, mtime: int) -> None:
                 tar.addfile(info)
 
 
-def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Path,
+def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: list[Path],
                     test_binary: Path, manifest: dict, when: BuildTime) -> tuple[Path, Path]:
     """Write artifacts/<version>/<entry>/ and its tarball atomically (the version is the
     library's, from its real name); `when` dates the manifest and the tarball's entries.
@@ -92,7 +93,7 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, header: Pat
     tmp_tarball = version_dir / f".{tarball.name}.partial"
     try:
         staging.chmod(0o755)  # mkdtemp makes it private; the artifact is for others to read
-        _populate(staging, library, header, test_binary)
+        _populate(staging, library, headers, test_binary)
         files = _file_hashes(staging)
         manifest = {**manifest, "manifest_schema": MANIFEST_SCHEMA, "product": PRODUCT, "version": version,
                     "entry": entry, "files": files,

@@ -126,7 +126,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             report = verify_build(container.run_tool, result, manifest, paths)
             checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())
-        folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.header,
+        folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.headers,
                                                  result.test_binary, with_report(manifest, report), when)
         log(f"exported {folder.relative_to(paths.repo)} and {tarball.relative_to(paths.repo)}")
         exported.append(folder)

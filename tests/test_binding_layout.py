@@ -23,12 +23,13 @@ sys.path.insert(0, str(REPO / "bench"))
 import fas_ctypes  # noqa: E402
 
 HEADER = REPO / "src" / "include" / "flash_attn_standalone.h"
+HEADERS = (HEADER, REPO / "src" / "include" / "flash_attn_standalone_plan.h")  # the first includes the second
 # The header's only use of the CUDA runtime is the stream type.
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 
 
 def header_text() -> str:
-    text = HEADER.read_text()
+    text = "\n".join(h.read_text() for h in HEADERS)
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
     # Macro bodies (FAS_FWD_ARGS_INIT) hold braces that are no declarations.

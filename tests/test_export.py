@@ -21,10 +21,12 @@ def inputs(tmp_path):
     library = built / "libflash_attn_standalone.so.0.1.0"
     library.write_bytes(b"\x7fELF fake library")
     header = built / "flash_attn_standalone.h"
-    header.write_text("/* header */\n")
+    header.write_text('#include "flash_attn_standalone_plan.h"\n')
+    plan_header = built / "flash_attn_standalone_plan.h"
+    plan_header.write_text("/* plan API */\n")
     binary = built / "test_varlen_inference"
     binary.write_bytes(b"\x7fELF fake binary")
-    return library, header, binary
+    return library, [header, plan_header], binary
 
 
 def test_complete_artifact(tmp_path, inputs):
@@ -36,7 +38,7 @@ def test_complete_artifact(tmp_path, inputs):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["version"] == "0.1.0" and manifest["matrix"] == "smoke"
     assert set(manifest["files"]) == {"lib/libflash_attn_standalone.so.0.1.0", "include/flash_attn_standalone.h",
-                                      "bin/test_varlen_inference"}
+                                      "include/flash_attn_standalone_plan.h", "bin/test_varlen_inference"}
     for line in (folder / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split("  ")
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
@@ -89,7 +91,7 @@ def test_two_exports_of_the_same_files_give_the_same_tarball_bytes(tmp_path, inp
     gzip without its own timestamp; the manifest is dated by the build time, not the clock."""
     tarballs = []
     for run, mode in enumerate((0o600, 0o640)):  # local umask and file times must not matter
-        for path in inputs:
+        for path in (inputs[0], *inputs[1], inputs[2]):
             path.chmod(mode | (0o100 if path.name == "test_varlen_inference" else 0))
             os.utime(path, (1_000_000 + run, 1_000_000 + run))
         _, tarball = export.export_artifact(tmp_path / f"artifacts{run}", "e1", *inputs, {"matrix": "smoke"}, WHEN)

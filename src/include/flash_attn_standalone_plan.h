@@ -1,0 +1,306 @@
+/*
+ * flash_attn_standalone_plan.h - the plan API of libflash_attn_standalone: plans made once per
+ * batch layout and run per layer on the SM90, FA2 and paged families, and the paged KV cache.
+ * flash_attn_standalone.h includes it (include that one); that header's rules (tensor layouts,
+ * aliasing, alignment, devices and streams, errors, thread safety, ABI) hold here too.
+ *
+ * PLANS (varlen layout only)
+ *   fas_plan_create(args, &plan) takes the batch layout with the offsets in HOST memory
+ *   (cu_seqlens_q / cu_seqlens_k of fas_plan_args), the heads, head_dim, strides, scale, causal
+ *   flag and dtype, and chooses the family:
+ *     PAGED for a paged KV cache (only this family reads one), and for a varlen plan whose
+ *          sequences all have at most 8 queries (decode) when a paged kernel of exactly this
+ *          (dtype, head_dim) is built, the device has compute capability 9.0, out is
+ *          contiguous and args->disable_sm90 is 0 (see PAGED KV CACHE);
+ *     SM90 if the current device has compute capability 9.0, an SM90 kernel of exactly this
+ *          (dtype, head_dim, causal) is built, args->disable_sm90 is 0, and the layout suits it
+ *          (every sequence with queries has keys; a causal sequence has no more queries than
+ *          keys; query tiles (128 or 192 rows) times num_heads_q at most
+ *          2^30);
+ *     FA2  otherwise, with the smallest built FA2 head dim >= head_dim;
+ *     FAS_ERROR_NOT_BUILT (message says why SM90 was not usable) if neither serves it.
+ *   fas_plan_get_info() says which family a plan uses and why SM90 was passed over.
+ *
+ *   Creation does the host work: it validates the offsets and, for SM90 plans, lists the
+ *   layout's query tiles once, not per head (32 bytes a tile; causal plans pair tile j with
+ *   tile n-1-j of a sequence; the kernel combines them with the heads and deals the work to its
+ *   CTAs itself), and enqueues the upload of that list WITHOUT waiting for it, on a stream of
+ *   the library's own (one non-blocking stream per device, kept for the process), so that it
+ *   overlaps the work already queued on the caller's streams. The list's device memory (with
+ *   a pinned staging twin and an event) comes from a small
+ *   per-device cache inside the library; only when no cached block is large enough does
+ *   creation call cudaMalloc / cudaMallocHost. FA2 plans allocate a device copy of the
+ *   offsets and an LSE scratch of num_heads_q * total_q floats with cudaMalloc, upload on
+ *   args->stream and wait for that stream. fas_plan_run() then only fills the kernel arguments
+ *   from the plan and launches: no host scheduling, no host-to-device copy, no allocation, no
+ *   synchronization. (An SM90 run whose stream might not yet see the upload first makes its
+ *   stream wait for it with cudaStreamWaitEvent; once a run has found the upload complete,
+ *   later runs skip even that check.) fas_plan_get_info() reports the plan's device bytes. A
+ *   run reads the offsets captured at creation: the q, k, v and out tensors of every run must
+ *   follow that layout.
+ *
+ *   A plan belongs to the device that was current at creation; runs must be made with that
+ *   device current, on one of its streams (checked). fas_plan_run never modifies the plan, so
+ *   one plan may be run concurrently from several threads and on several streams at once (the
+ *   FA2 LSE scratch is written, never read, when softmax_lse is NULL, so concurrent runs may
+ *   share it; "never modifies" includes the one atomic flag that records a finished upload).
+ *   fas_plan_destroy releases the plan's memory: call it only after every
+ *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
+ *   while no other thread uses the plan. SM90 schedule memory goes back to the library's cache
+ *   (at most 16 blocks per device are kept, for later plans; the rest is freed, and cached blocks
+ *   live until the process ends). fas_plan_destroy_async(plan, stream) needs no synchronize:
+ *   the release waits on the device for the runs enqueued on that stream (SM90 plans; FA2 plans
+ *   synchronize the stream). An engine that plans per batch: create, run every layer, destroy
+ *   async, all on one stream. Using a destroyed plan is undefined behaviour (the library
+ *   detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
+ *
+ *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
+ *   (1 byte each; row strides in elements must then be multiples of 16), out is fp16 or bf16
+ *   as fas_plan_args.out_dtype says. Each run may pass fp32 DESCALE factors in DEVICE memory:
+ *   q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k] (real value = stored
+ *   e4m3 value * descale of its head; NULL = 1; for a per-tensor scale fill every head with it).
+ *   The kernel also rounds the softmax probabilities to e4m3 (scaled by 448) before the P*V
+ *   product, so expect errors of a few percent of the output's magnitude against an exact
+ *   reference on the same e4m3 inputs (tests/gpu/reference.h states the bound). There is no
+ *   FA2 fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or
+ *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan.
+ *
+ *   Plan runs, both families: out has the varlen layout above; the scale, masking (bottom-right
+ *   causal), GQA and alignment rules are those of fas_fwd. The LSE is natural-log, but its
+ *   LAYOUT DEPENDS ON THE FAMILY and fas_plan_info.lse_layout states it:
+ *     FA2 : FAS_LSE_HEAD_MAJOR  [num_heads_q, total_q] (as fas_fwd);
+ *     SM90: FAS_LSE_TOKEN_MAJOR [total_q, num_heads_q] (the kernel's own layout; the run
+ *           converts it from log2 to natural log in place with one small extra kernel).
+ *   total_q is cu_seqlens_q[batch_size] (rows of q addressed from its base pointer).
+ *
+ * PAGED KV CACHE (plans; fas_plan_args.kv_layout = FAS_KV_PAGED)
+ *   k and v of each run then point at the key and value caches:
+ *     k, v : [num_pages, page_size, num_heads_k, head_dim]   (the layout of vLLM and FlashInfer)
+ *   Within a page, token t of page p starts at element p * page_stride + t * row_stride; the
+ *   heads of a token are contiguous, head_dim elements each. k_row_stride / v_row_stride are the
+ *   row strides (0 = num_heads_k * head_dim) and k_page_stride / v_page_stride the page strides
+ *   (0 = page_size * row stride), so K and V may also be two views of one buffer (e.g. FlashInfer's
+ *   [num_pages, 2, page_size, heads, head_dim]: page stride 2 * page_size * heads * head_dim, v =
+ *   k + page_size * heads * head_dim). Strides are multiples of 8 elements and below 2^32.
+ *   page_size is any value >= 1 (1, 16, 32, 64, 128, 256 ... need no power of two).
+ *
+ *   The page table is CSR, as FlashInfer takes it: sequence i owns
+ *   pages(i) = ceil(kv_lengths[i] / page_size) pages, listed in order in the DEVICE array
+ *   fas_plan_run_args.page_indices at entries first(i) .. first(i) + pages(i) - 1, where
+ *   first(i) = pages(0) + ... + pages(i-1); its last page holds kv_lengths[i] - (pages(i)-1) *
+ *   page_size keys. fas_plan_info.total_pages = first(batch_size) is the array's length. A vLLM /
+ *   FA3 block table [batch, max_pages_per_seq] converts by concatenating each row's first
+ *   pages(i) entries (on the device: one gather, or cudaMemcpy2DAsync when every sequence has
+ *   the same page count).
+ *   The plan captures the lengths (kv_lengths, cu_seqlens_q), page_size, the strides and
+ *   num_pages, never the page ids: a plan made for one step may run with a different
+ *   page_indices array (or the same array rewritten) as long as every sequence keeps its
+ *   lengths. Page ids must be in [0, num_pages); the device array is not checked (pass
+ *   page_indices_host at creation to have the plan check a host copy once).
+ *   Queries are in the varlen layout (cu_seqlens_q, host, as for every plan); out must be
+ *   contiguous (out_row_stride 0 or num_heads_q * head_dim). Causal masking is bottom-right
+ *   aligned: with sq queries and sk cached keys (the new tokens' keys included), query i sees
+ *   keys 0 .. i + sk - sq. Rows that see no key (sk = 0) get out = 0 and LSE = +infinity.
+ *
+ *   Contiguous (varlen) KV plans whose sequences have at most 8 queries each take the same
+ *   kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
+ *   divides every sequence's first row) and uploads their ids itself.
+ *
+ *   Paged-family plans need an exact head dim (64, 128, 256 where built), fp16/bf16. Their
+ *   runs may write a partial-result buffer the plan owns (fas_plan_info.kv_splits > 1): runs of
+ *   such a plan must be ordered with each other (one stream, or joined with events), unlike
+ *   other plans. The LSE is token-major ([total_q, num_heads_q], FAS_LSE_TOKEN_MAJOR).
+ */
+#ifndef FLASH_ATTN_STANDALONE_PLAN_H
+#define FLASH_ATTN_STANDALONE_PLAN_H
+
+#include "flash_attn_standalone.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kernel family used by a plan. */
+typedef enum fas_family {
+    FAS_FAMILY_FA2 = 0,
+    FAS_FAMILY_SM90 = 1,
+    FAS_FAMILY_PAGED = 2 /* tensor-core attention over a paged KV cache; decode (see PAGED KV CACHE) */
+} fas_family;
+
+/* Where a plan's keys and values live. */
+typedef enum fas_kv_layout {
+    FAS_KV_VARLEN = 0, /* k, v in the varlen layout, offsets cu_seqlens_k (the default) */
+    FAS_KV_PAGED = 1   /* k, v are paged caches; lengths kv_lengths (see PAGED KV CACHE) */
+} fas_kv_layout;
+
+/* Layout of the softmax LSE written by a plan run (see PLANS). */
+typedef enum fas_lse_layout {
+    FAS_LSE_HEAD_MAJOR = 0, /* [num_heads_q, total_q] */
+    FAS_LSE_TOKEN_MAJOR = 1 /* [total_q, num_heads_q] */
+} fas_lse_layout;
+
+/* Opaque plan: a varlen batch layout bound to a kernel and its device-resident schedule. */
+typedef struct fas_plan fas_plan;
+
+/* Arguments of fas_plan_create. Initialise with fas_plan_args_init(). Same ABI rule as
+ * fas_fwd_args: struct_size = sizeof(fas_plan_args), later versions only append fields. */
+typedef struct fas_plan_args {
+    size_t struct_size; /* must be sizeof(fas_plan_args) */
+    fas_dtype dtype;
+
+    /* HOST pointers to batch_size+1 non-decreasing int32 offsets, cu_seqlens_q[0] >= 0 (rows of
+     * q/out for sequence i: cu_seqlens_q[i] .. cu_seqlens_q[i+1]-1; likewise k/v). Read only
+     * during fas_plan_create; the plan keeps its own copies. */
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_k;
+    int batch_size;  /* > 0 */
+
+    int num_heads_q; /* > 0 */
+    int num_heads_k; /* > 0, divides num_heads_q */
+    int head_dim;    /* multiple of 8 in [8, 256] */
+
+    /* Elements between consecutive tokens; 0 = contiguous. Rules as in fas_fwd_args. */
+    int64_t q_row_stride;
+    int64_t k_row_stride;
+    int64_t v_row_stride;
+    int64_t out_row_stride;
+
+    float softmax_scale; /* > 0, or 0 = 1/sqrt(head_dim) */
+    int causal;          /* non-zero = causal mask, bottom-right aligned */
+    int disable_sm90;    /* non-zero = use the FA2 family even where SM90 or the paged family could
+                          * serve a varlen plan (ignored by paged-KV plans) */
+
+    /* FA2 plans: stream of the current device for the upload during fas_plan_create, which
+     * synchronizes it; 0 = legacy default stream. SM90 plans upload on the library's own
+     * stream (see PLANS) and do not use it. Runs may use any stream of the device. */
+    cudaStream_t stream;
+
+    /* Element type of out when dtype is FAS_DTYPE_E4M3: FAS_DTYPE_FP16 or FAS_DTYPE_BF16.
+     * Ignored for fp16/bf16 plans (out has the dtype of q). */
+    fas_dtype out_dtype;
+
+    /* ---- appended in 0.2: the paged KV cache (see PAGED KV CACHE) ---- */
+    fas_kv_layout kv_layout; /* FAS_KV_VARLEN (0) or FAS_KV_PAGED */
+    /* FAS_KV_PAGED: HOST array of batch_size key counts (>= 0), the new tokens' keys included;
+     * cu_seqlens_k must then be NULL. Read only during fas_plan_create. */
+    const int32_t* kv_lengths;
+    int page_size;           /* FAS_KV_PAGED: keys per page, >= 1 */
+    int num_pages;           /* FAS_KV_PAGED: pages in each cache (page ids are < num_pages) */
+    int64_t k_page_stride;   /* FAS_KV_PAGED: elements between pages; 0 = page_size * k_row_stride */
+    int64_t v_page_stride;   /* likewise for v */
+    /* FAS_KV_PAGED, optional: a HOST copy of the page ids the runs will use (total_pages
+     * entries, layout of fas_plan_run_args.page_indices); if set, creation checks that each is
+     * in [0, num_pages). NULL = not checked. */
+    const int32_t* page_indices_host;
+} fas_plan_args;
+
+/* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */
+typedef struct fas_plan_run_args {
+    size_t struct_size; /* must be sizeof(fas_plan_run_args) */
+    const void* q;      /* device pointers, 16-byte aligned, in the plan's layout */
+    const void* k;
+    const void* v;
+    void* out;          /* shares no byte with q, k or v (see ALIASING) */
+    float* softmax_lse; /* optional (NULL = not computed), num_heads_q * total_q floats, 4-byte
+                         * aligned; layout fas_plan_info.lse_layout */
+    cudaStream_t stream; /* stream of the plan's device; 0 = legacy default stream */
+
+    /* FP8 plans only (ignored otherwise): optional DEVICE arrays of fp32 descale factors,
+     * q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k], 4-byte aligned;
+     * NULL = 1. Read by the kernel when it runs. See PLANS. */
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+
+    /* ---- appended in 0.2 ---- */
+    /* Paged plans: DEVICE array of fas_plan_info.total_pages int32 page ids (CSR order, see
+     * PAGED KV CACHE), 4-byte aligned; k and v are then the caches. Ignored otherwise. */
+    const int32_t* page_indices;
+} fas_plan_run_args;
+
+/* What fas_plan_get_info reports. Set struct_size = sizeof(fas_plan_info) before the call. */
+typedef struct fas_plan_info {
+    size_t struct_size;         /* must be sizeof(fas_plan_info) */
+    fas_family family;          /* family that fas_plan_run launches */
+    const char* family_name;    /* "fa2" or "sm90"; static string */
+    int kernel_head_dim;        /* head dim of the kernel that runs */
+    fas_lse_layout lse_layout;  /* layout of softmax_lse written by fas_plan_run */
+    int total_q;                /* cu_seqlens_q[batch_size] */
+    int total_k;                /* cu_seqlens_k[batch_size]; 0 for a paged KV cache */
+    int device;                 /* CUDA device the plan belongs to */
+    size_t device_bytes;        /* device memory owned by the plan */
+    const char* sm90_unused_reason; /* "" for SM90 plans, else why SM90 was not used; valid
+                                     * until the plan is destroyed */
+
+    /* ---- appended in 0.2 (0 for families where they do not apply) ---- */
+    int kv_splits;        /* paged family: most KV chunks one sequence is split into (1 = none) */
+    int packed_gqa;       /* paged family: query heads packed into one tile's rows per KV head */
+    int query_tile_rows;  /* paged family: rows of a query tile (16 or 64) */
+    int num_ctas;         /* paged family: CTAs of the attention launch */
+    int total_pages;      /* paged family: entries of fas_plan_run_args.page_indices (0 for a
+                           * contiguous-KV plan, whose pages the plan lists itself) */
+} fas_plan_info;
+
+/* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */
+FAS_API void fas_plan_args_init(fas_plan_args* args);
+
+/* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_run_args). */
+FAS_API void fas_plan_run_args_init(fas_plan_run_args* args);
+
+/* Makes a plan for the varlen layout in *args on the current device and stores it in *plan (set
+ * to NULL on failure). Host work; may allocate device memory; see PLANS. */
+FAS_API fas_status fas_plan_create(const fas_plan_args* args, fas_plan** plan);
+
+/* Enqueues the forward pass of plan on args->stream. No host scheduling, host-to-device copy
+ * or allocation. May be called concurrently with the same plan (see PLANS). Pending-CUDA-error
+ * rule and validation as in fas_fwd. */
+FAS_API fas_status fas_plan_run(const fas_plan* plan, const fas_plan_run_args* args);
+
+/* Frees the plan: FA2 device memory with cudaFree, SM90 schedule memory back to the library's
+ * cache. NULL is a no-op returning FAS_SUCCESS. Call only once every run of the plan has
+ * completed and no other thread uses it. */
+FAS_API fas_status fas_plan_destroy(fas_plan* plan);
+
+/* Stream-ordered fas_plan_destroy, for engines that make a plan per batch and never wait for
+ * the device: returns at once, and the plan's memory is released once `stream` has completed
+ * the work enqueued on it before this call. Every run of the plan must be ordered before this
+ * call on `stream` (enqueued on it, or joined to it with cudaStreamWaitEvent), and no other
+ * thread may use the plan. The plan's device must be current. The handle is dead after a
+ * FAS_SUCCESS return; on failure the plan stays live (fas_plan_destroy still frees it).
+ *   SM90 plans: the schedule block returns to the library's cache when the stream gets there;
+ *     a later fas_plan_create reuses it. At most 8 blocks per device wait so; when 8 are
+ *     still waiting, the next fas_plan_create on that device waits for the oldest.
+ *   FA2 plans: this synchronizes `stream` and then frees as fas_plan_destroy does (their
+ *     memory is freed with cudaFree, which must not overlap the runs).
+ * NULL is a no-op returning FAS_SUCCESS. */
+FAS_API fas_status fas_plan_destroy_async(fas_plan* plan, cudaStream_t stream);
+
+/* Describes a plan: family, kernel head dim, LSE layout, memory, why SM90 was not used. */
+FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
+
+/* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
+ * layout the SM90 kernels accept (see PLANS for the layout conditions). For FAS_DTYPE_E4M3 it
+ * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
+ * lists the output dtypes. On FAS_SUCCESS stores
+ * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).
+ * FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a bad dtype or
+ * head_dim; device errors as fas_check_device. */
+FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
+                                          int* kernel_head_dim);
+
+/* Whether the paged family can serve a plan for (dtype, head_dim, causal) with at most
+ * max_query_len queries per sequence and `group` = num_heads_q / num_heads_k query heads per KV
+ * head on the CURRENT device: a paged KV cache, or a varlen plan of at most 8 queries per
+ * sequence (see PAGED KV CACHE). On FAS_SUCCESS stores the query tile rows of the kernel that
+ * would serve it (16 or 64; fas_plan_info.query_tile_rows of such a plan) in *query_tile_rows
+ * (may be NULL). FAS_ERROR_NOT_BUILT (the message lists the paged kernels of this build),
+ * FAS_ERROR_UNSUPPORTED_DEVICE, or FAS_ERROR_INVALID_ARGUMENT for a bad dtype, head_dim,
+ * max_query_len (>= 1) or group (>= 1). Added in 0.2. */
+FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
+                                           int* query_tile_rows);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASH_ATTN_STANDALONE_PLAN_H */
