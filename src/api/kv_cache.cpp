@@ -1,35 +1,12 @@
 // Validation of a plan's KV arguments (api/kv_cache.h).
 #include "api/kv_cache.h"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <climits>
 
 #include "api/status.h"
 
 namespace fas {
-
-namespace {
-
-constexpr int64_t kMaxStride = (int64_t{1} << 32) - 1;  // the paged kernels hold strides in 32 bits
-
-fas_status check_host_array(const int32_t* values, const char* name, const char* length) {
-    if (values == nullptr) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass a HOST array of ", length, " int32 values"));
-    }
-    if (!is_aligned(values, sizeof(int32_t))) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not 4-byte aligned"));
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, values) != cudaSuccess) {
-        cudaGetLastError();  // as check_host_offsets: an unknown pointer is taken as host memory
-    } else if (attributes.type == cudaMemoryTypeDevice) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat(name, " is a device pointer; fas_plan_create reads it on the host: pass a host copy"));
-    }
-    return FAS_SUCCESS;
-}
-
-}  // namespace
 
 fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout) {
     if (args.kv_layout != FAS_KV_VARLEN && args.kv_layout != FAS_KV_PAGED) {
@@ -53,7 +30,7 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
                     "cu_seqlens_k is set but kv_layout is FAS_KV_PAGED; a paged plan takes the key counts in kv_lengths: "
                     "set cu_seqlens_k to NULL");
     }
-    fas_status status = check_host_array(args.kv_lengths, "kv_lengths", "batch_size");
+    fas_status status = check_host_array(args.kv_lengths, "kv_lengths", "batch_size int32 key counts");
     if (status != FAS_SUCCESS) return status;
     if (args.page_size < 1) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
@@ -104,7 +81,7 @@ fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout*
     const int64_t row_elements = static_cast<int64_t>(layout->num_heads_k) * layout->head_dim;
     for (const auto& cache : caches) {
         const int64_t stride = cache.given == 0 ? cache.row_stride * kv->page_size : cache.given;
-        if (stride < 0 || stride % 8 != 0 || stride > kMaxStride || cache.row_stride > kMaxStride) {
+        if (stride < 0 || stride % 8 != 0 || stride > kMaxPagedStride || cache.row_stride > kMaxPagedStride) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,
                         concat(cache.name, " is ", stride, " elements (row stride ", cache.row_stride,
                                "); page and row strides must be multiples of 8 below 2^32 (the paged kernels hold "
@@ -114,7 +91,7 @@ fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout*
         *cache.span = (kv->num_pages - 1) * stride + (kv->page_size - 1) * cache.row_stride + row_elements;
     }
     if (args.page_indices_host != nullptr) {
-        const fas_status status = check_host_array(args.page_indices_host, "page_indices_host", "total_pages");
+        const fas_status status = check_host_array(args.page_indices_host, "page_indices_host", "total_pages int32 page ids");
         if (status != FAS_SUCCESS) return status;
         for (int64_t i = 0; i < kv->total_pages; ++i) {
             const int32_t page = args.page_indices_host[i];

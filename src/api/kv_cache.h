@@ -12,6 +12,8 @@
 
 namespace fas {
 
+constexpr int64_t kMaxPagedStride = (int64_t{1} << 32) - 1;  // the paged kernels hold strides in 32 bits
+
 struct KvCache {
     bool paged = false;
     const int32_t* cu_seqlens_k = nullptr;  // host (varlen)

@@ -191,22 +191,29 @@ fas_status check_tensors(const Layout& layout, const void* q, const void* k, con
     return FAS_SUCCESS;
 }
 
-fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name) {
-    if (offsets == nullptr) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass a HOST array of batch_size+1 int32 offsets"));
+fas_status check_host_array(const int32_t* values, const char* name, const char* contents) {
+    if (values == nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass a HOST array of ", contents));
     }
-    if (!is_aligned(offsets, sizeof(int32_t))) {
+    if (!is_aligned(values, sizeof(int32_t))) {
         return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not 4-byte aligned"));
     }
     cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, offsets) == cudaSuccess) {
+    if (cudaPointerGetAttributes(&attributes, values) == cudaSuccess) {
         if (attributes.type == cudaMemoryTypeDevice) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(name, " is a device pointer; fas_plan_create reads the offsets on the host: pass a "
-                                     "host copy (the plan uploads its own device copy)"));
+                        concat(name, " is a device pointer; fas_plan_create reads it on the host: pass a host copy "
+                                     "(the plan keeps its own device copy of what it needs)"));
         }
     } else {
-        cudaGetLastError();
+        cudaGetLastError();  // an unknown pointer is taken as host memory
+    }
+    return FAS_SUCCESS;
+}
+
+fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name) {
+    if (const fas_status status = check_host_array(offsets, name, "batch_size+1 int32 offsets"); status != FAS_SUCCESS) {
+        return status;
     }
     if (offsets[0] < 0) {
         return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, "[0] is ", offsets[0], "; offsets must be >= 0"));

@@ -72,6 +72,10 @@ fas_status resolve_layout(Layout* layout);
 fas_status check_tensors(const Layout& layout, const void* q, const void* k, const void* v, const void* out,
                          const float* softmax_lse) noexcept;
 
+// A host int32 array a plan reads at creation: present, 4-byte aligned, not device memory.
+// `contents` says what it holds, for the message ("batch_size int32 key counts").
+fas_status check_host_array(const int32_t* values, const char* name, const char* contents);
+
 // Host offsets of a plan: present, on the host, non-negative and non-decreasing.
 fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name);
 

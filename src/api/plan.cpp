@@ -24,7 +24,6 @@ constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
 // Varlen plans whose sequences all have at most this many queries (decode, speculative decoding)
 // go to the paged family, which packs a KV head's query heads into one tile and splits the KV.
 constexpr int kMaxDecodeQueries = 8;
-constexpr int64_t kMaxPagedStride = (int64_t{1} << 32) - 1;
 
 }  // namespace
 

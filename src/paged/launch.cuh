@@ -55,10 +55,14 @@ struct PagedTraits {
     static constexpr uint32_t kMergeBdy = 128 / kMergeBdx;
     static constexpr uint32_t kMergeStages = 4;
     static constexpr size_t kMergeSmem = kMergeStages * kMergeBdy * HeadDim * sizeof(T) + 128 * sizeof(float);
+    static_assert(kMergeSmem <= 48 * 1024, "the merge launches without a shared-memory opt-in");
     static constexpr auto merge = flashinfer::PersistentVariableLengthMergeStatesKernel<
         kMergeVec, kMergeBdx, kMergeBdy, kMergeStages, T, T, int32_t>;
 };
 
+// Called by every plan creation on the plan's device, before any of its runs: it also opts the
+// kernel into its dynamic shared memory there (a per-device function attribute), so that runs
+// need not.
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy(int* ctas_per_sm) {
     using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
@@ -116,9 +120,6 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     params.padded_batch_size = a.num_ctas;
     params.partition_kv = a.split;
 
-    cudaError_t error =
-        cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
-    if (error != cudaSuccess) return error;
     // Programmatic dependent launch: each kernel may start while the one before it on the stream
     // drains, and waits (griddepcontrol.wait) before it reads anything that kernel could write;
     // what it reads earlier is the plan's own schedule. Saves a launch gap per kernel.
@@ -132,15 +133,13 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     config.stream = stream;
     config.attrs = &overlap;
     config.numAttrs = 1;
-    error = cudaLaunchKernelEx(&config, Traits::kernel, params);
+    cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, params);
     if (error != cudaSuccess || !a.split) return error;
 
     // One CTA per (row, head) pair at most, a few per SM (FlashInfer's merge is persistent).
     const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
     const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
     const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
-    error = cudaFuncSetAttribute(Traits::merge, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kMergeSmem);
-    if (error != cudaSuccess) return error;
     config.gridDim = dim3(static_cast<unsigned>(ctas));
     config.blockDim = dim3(Traits::kMergeBdx, Traits::kMergeBdy);
     config.dynamicSmemBytes = Traits::kMergeSmem;

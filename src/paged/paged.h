@@ -52,6 +52,8 @@ struct LaunchArgs {
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
+// CTAs per SM on the current device; also opts the kernel into its dynamic shared memory there
+// (a per-device attribute), which is why plan creation calls it before any of the plan's runs.
 using OccupancyFn = cudaError_t (*)(int* ctas_per_sm);
 
 // Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype is a

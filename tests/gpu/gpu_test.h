@@ -172,6 +172,8 @@ void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t s
 void report_workspace_bounds_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 
 // misuse.cpp: invalid arguments are refused; shared buffers without shared bytes are accepted.
+// Refused means: FAS_ERROR_INVALID_ARGUMENT, a message, and no CUDA error left pending.
+CaseOutcome refusal_outcome(fas_status status, const std::string& message, bool show_expected);
 void report_fwd_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 void report_plan_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 

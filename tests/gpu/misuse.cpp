@@ -10,9 +10,7 @@
 #include <cstring>
 
 namespace gpu_test {
-namespace {
 
-// Refused means: FAS_ERROR_INVALID_ARGUMENT, a message, and no CUDA error left pending.
 CaseOutcome refusal_outcome(fas_status status, const std::string& message, bool show_expected) {
     const cudaError_t pending = cudaPeekAtLastError();
     const bool passed = status == FAS_ERROR_INVALID_ARGUMENT && !message.empty() && pending == cudaSuccess;
@@ -23,6 +21,8 @@ CaseOutcome refusal_outcome(fas_status status, const std::string& message, bool 
     if (pending != cudaSuccess) detail += std::string(" left CUDA error ") + cudaGetErrorName(pending);
     return {passed, detail};
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // fas_fwd: a valid batch-layout call (1 x 4 tokens, heads 2/1, head dim 64) broken one way.

@@ -232,10 +232,7 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     }
     const std::string message = fas_get_last_error();
     if (plan != nullptr) fas_plan_destroy(plan);
-    const cudaError_t pending = cudaPeekAtLastError();
-    const bool passed = status == FAS_ERROR_INVALID_ARGUMENT && !message.empty() && pending == cudaSuccess;
-    return {passed, "status=" + std::to_string(static_cast<int>(status)) +
-                        (status == FAS_SUCCESS ? std::string(" (accepted)") : " message=\"" + message + "\"")};
+    return refusal_outcome(status, message, false);
 }
 
 }  // namespace
