@@ -200,22 +200,26 @@ def _paged_template_args(tu) -> str:
 
 def render_paged(tu) -> str:
     args = _paged_template_args(tu)
+    header, run, occupancy, what = PAGED_KERNELS[tu.family]
+    call = f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
+    if tu.family == "paged_prefill":
+        call = args
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
-        f"// FlashInfer batch attention over a paged KV cache: {tu.dtype}, head dim {tu.head_dim}, "
+        f"// {what}: {tu.dtype}, head dim {tu.head_dim}, "
         f"{_causal_word(tu)}, {PAGED_TILE_Q[tu.family]}-row query tiles. Exactly one kernel (and its merge).",
-        '#include "paged/launch.cuh"',
+        f'#include "{header}"',
         "",
         "namespace fas_paged {",
         "",
         "template <>",
         f"cudaError_t launch_paged<{args}>(const LaunchArgs& args, cudaStream_t stream) {{",
-        f"    return run<{args}>(args, stream);",
+        f"    return {run}<{call}>(args, stream);",
         "}",
         "",
         "template <>",
         f"cudaError_t occupancy_paged<{args}>(int* ctas_per_sm) {{",
-        f"    return occupancy<{args}>(ctas_per_sm);",
+        f"    return {occupancy}<{call}>(ctas_per_sm);",
         "}",
         "",
         "}  // namespace fas_paged",
@@ -240,6 +244,12 @@ PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal", "TileQ")
 # Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
 # (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
 PAGED_TILE_Q = {"paged_decode": 16, "paged_prefill": 64}
+# Per paged family: the header its TUs include, its launch and occupancy templates, and what it is.
+PAGED_KERNELS = {
+    "paged_decode": ("paged/decode.cuh", "run_decode", "occupancy_decode",
+                     "The project's decode kernel over a paged KV cache"),
+    "paged_prefill": ("paged/launch.cuh", "run", "occupancy", "FlashInfer batch attention over a paged KV cache"),
+}
 
 FAMILIES = {
     family.name: family

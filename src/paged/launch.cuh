@@ -1,6 +1,7 @@
-// The template every paged kernel TU instantiates once: FlashInfer's BatchPrefillWithPagedKVCache
-// kernel with our own tile choice (no runtime dispatch over tile shapes, so a TU holds one
-// kernel), launched on the plan's schedule, plus FlashInfer's merge of split partial results.
+// The template every paged_prefill kernel TU instantiates once: FlashInfer's
+// BatchPrefillWithPagedKVCache kernel with our own tile choice (no runtime dispatch over tile
+// shapes, so a TU holds one kernel), launched on the plan's schedule, plus the merge of split
+// partial results (merge.cuh).
 // Only kernel TUs include this (it pulls in FlashInfer's headers); everything else sees paged.h.
 #ifndef FAS_PAGED_LAUNCH_CUH
 #define FAS_PAGED_LAUNCH_CUH
@@ -8,26 +9,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <flashinfer/attention/cascade.cuh>
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/variants.cuh>
 #include <flashinfer/page.cuh>
 
-#include "paged/paged.h"
+#include "paged/merge.cuh"
 
 namespace fas_paged {
-
-template <int Dtype>
-struct Element;
-template <>
-struct Element<FAS_DTYPE_FP16> {
-    using type = half;
-};
-template <>
-struct Element<FAS_DTYPE_BF16> {
-    using type = nv_bfloat16;
-};
 
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 struct PagedTraits {
@@ -49,15 +38,6 @@ struct PagedTraits {
     static_assert(2 * kSmemBytes <= 228 * 1024, "two CTAs per SM must fit Hopper's shared memory");
     static constexpr auto kernel = flashinfer::BatchPrefillWithPagedKVCacheKernel</*SAME_KV_STRIDES=*/false, KTraits, Params>;
 
-    // Merge of split partial results (FlashInfer's persistent variable-length merge).
-    static constexpr uint32_t kMergeVec = (16 / sizeof(T)) > (HeadDim / 32) ? (16 / sizeof(T)) : (HeadDim / 32);
-    static constexpr uint32_t kMergeBdx = HeadDim / kMergeVec;
-    static constexpr uint32_t kMergeBdy = 128 / kMergeBdx;
-    static constexpr uint32_t kMergeStages = 4;
-    static constexpr size_t kMergeSmem = kMergeStages * kMergeBdy * HeadDim * sizeof(T) + 128 * sizeof(float);
-    static_assert(kMergeSmem <= 48 * 1024, "the merge launches without a shared-memory opt-in");
-    static constexpr auto merge = flashinfer::PersistentVariableLengthMergeStatesKernel<
-        kMergeVec, kMergeBdx, kMergeBdy, kMergeStages, T, T, int32_t>;
 };
 
 // Called by every plan creation on the plan's device, before any of its runs: it also opts the
@@ -135,20 +115,7 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     config.numAttrs = 1;
     cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, params);
     if (error != cudaSuccess || !a.split) return error;
-
-    // One CTA per (row, head) pair at most, a few per SM (FlashInfer's merge is persistent).
-    const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
-    const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
-    const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
-    config.gridDim = dim3(static_cast<unsigned>(ctas));
-    config.blockDim = dim3(Traits::kMergeBdx, Traits::kMergeBdy);
-    config.dynamicSmemBytes = Traits::kMergeSmem;
-    error = cudaLaunchKernelEx(&config, Traits::merge, static_cast<T*>(a.tmp_v), a.tmp_s, ids(a.merge_indptr),
-                              static_cast<T*>(a.out) + out_offset * HeadDim,
-                              a.lse == nullptr ? nullptr : a.lse + out_offset, static_cast<uint32_t>(a.merge_rows),
-                              static_cast<uint32_t*>(nullptr), static_cast<uint32_t>(a.num_heads_q));
-    if (error != cudaSuccess) return error;
-    return cudaGetLastError();
+    return launch_merge<T, T, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

@@ -1,9 +1,9 @@
-// The paged family as the API sees it, free of FlashInfer types: FlashInfer's FA2-class
-// tensor-core batch attention over a paged KV cache (prefill.cuh), which packs the query heads
-// of one KV head into the rows of a query tile and splits long KVs across CTAs, merged after.
-// It serves decode (1-8 query tokens per sequence) and prefill over cached pages. Kernel TUs
-// (kernels/paged_*.cu) define launch_paged / occupancy_paged; src/paged/launch.cuh holds the
-// template they instantiate.
+// The paged families as the API sees them, free of kernel types: attention over a paged KV
+// cache that packs the query heads of one KV head into the rows of a query tile and splits long
+// KVs across CTAs, merged after. 16-row tiles (decode: 1-8 query tokens per sequence) run the
+// project's own kernel (decode.cuh); 64-row tiles (longer queries, prefill over cached pages)
+// FlashInfer's FA2-class tensor-core batch prefill (launch.cuh). Kernel TUs
+// (kernels/paged_*.cu) define launch_paged / occupancy_paged from those templates.
 #ifndef FAS_PAGED_PAGED_H
 #define FAS_PAGED_PAGED_H
 
@@ -63,10 +63,15 @@ cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_paged(int* ctas_per_sm);
 
-// Rows of keys one CTA loads per iteration, as launch.cuh picks it (split chunks are multiples).
+// Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
+// 16-row tiles, launch.cuh's KV tile for 64-row ones.
 constexpr int kv_tile_rows(int head_dim, int tile_q) {
-    return tile_q == 16 ? (head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64) : (head_dim <= 128 ? 128 : 64);
+    return tile_q == 16 ? (head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
 }
+
+// Bytes per element of a split plan's partial rows: the decode kernel (16-row tiles) writes
+// fp32, FlashInfer's prefill kernel the output type.
+constexpr int partial_element_bytes(int tile_q) { return tile_q == 16 ? 4 : 2; }
 
 struct Kernel {
     fas_dtype dtype;

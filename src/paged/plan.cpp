@@ -147,7 +147,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     // The kernel addresses out, the partial buffers and q with 32-bit products.
     const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
     const int64_t q_elements = static_cast<int64_t>(layout.total_q) * layout.q_row_stride;
-    if (num_ctas > INT32_MAX || out_elements >= (int64_t{1} << 32) || q_elements >= (int64_t{1} << 32)) {
+    if (num_ctas * layout.num_heads_k > INT32_MAX || out_elements >= (int64_t{1} << 32) ||
+        q_elements >= (int64_t{1} << 32)) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("the layout is too large for the paged kernels' 32-bit indexing (", num_ctas, " CTAs, ",
                            out_elements, " output elements, ", q_elements,
@@ -162,7 +163,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
                                             &s.page_ids,      &chunk_value};
     size_t schedule_bytes = 0;
     for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
-    const size_t element = 2;
+    const size_t element = static_cast<size_t>(partial_element_bytes(kernel->tile_q));
     const size_t partial_v = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * layout.head_dim * element;
     const size_t partial_s = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * sizeof(float);
     const size_t partial_at = (schedule_bytes + 255) / 256 * 256;

@@ -1,0 +1,75 @@
+// What every paged kernel TU shares: the element types, and the merge of a split plan's partial
+// results (FlashInfer's persistent variable-length merge of rows with their log2 LSE), launched
+// after the attention kernel with programmatic dependent launch.
+// Only kernel TUs include this (it pulls in FlashInfer's headers); everything else sees paged.h.
+#ifndef FAS_PAGED_MERGE_CUH
+#define FAS_PAGED_MERGE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include <flashinfer/attention/cascade.cuh>
+
+#include "paged/paged.h"
+
+namespace fas_paged {
+
+template <int Dtype>
+struct Element;
+template <>
+struct Element<FAS_DTYPE_FP16> {
+    using type = half;
+};
+template <>
+struct Element<FAS_DTYPE_BF16> {
+    using type = nv_bfloat16;
+};
+
+// TIn: the partial rows' element type (the decode kernel writes fp32, FlashInfer's prefill the
+// output type); TOut: the output's.
+template <typename TIn, typename TOut, int HeadDim>
+struct MergeTraits {
+    static constexpr uint32_t kVec = (16 / sizeof(TIn)) > (HeadDim / 32) ? (16 / sizeof(TIn)) : (HeadDim / 32);
+    static constexpr uint32_t kBdx = HeadDim / kVec;
+    static constexpr uint32_t kBdy = 128 / kBdx;
+    static constexpr uint32_t kStages = 4;
+    static constexpr size_t kSmem = kStages * kBdy * HeadDim * sizeof(TIn) + 128 * sizeof(float);
+    static_assert(kSmem <= 48 * 1024, "the merge launches without a shared-memory opt-in");
+    static constexpr auto kernel =
+        flashinfer::PersistentVariableLengthMergeStatesKernel<kVec, kBdx, kBdy, kStages, TIn, TOut, int32_t>;
+};
+
+// Folds each output row's chunks (a.tmp_v / a.tmp_s at a.merge_indptr) into a.out and a.lse.
+template <typename TIn, typename TOut, int HeadDim>
+cudaError_t launch_merge(const LaunchArgs& a, cudaStream_t stream) {
+    using Traits = MergeTraits<TIn, TOut, HeadDim>;
+    // One CTA per (row, head) pair at most, a few per SM (the merge is persistent).
+    const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
+    const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
+    const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(Traits::kBdx, Traits::kBdy);
+    config.dynamicSmemBytes = Traits::kSmem;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, static_cast<TIn*>(a.tmp_v), a.tmp_s,
+                                           const_cast<int32_t*>(a.merge_indptr),
+                                           static_cast<TOut*>(a.out) + out_offset * HeadDim,
+                                           a.lse == nullptr ? nullptr : a.lse + out_offset,
+                                           static_cast<uint32_t>(a.merge_rows), static_cast<uint32_t*>(nullptr),
+                                           static_cast<uint32_t>(a.num_heads_q));
+    if (error != cudaSuccess) return error;
+    return cudaGetLastError();
+}
+
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_MERGE_CUH
