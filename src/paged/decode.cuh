@@ -4,13 +4,13 @@
 // kernel of paged_prefill, so both share planner and merge).
 //
 // Why our own: decode streams K and V once and does almost no math per byte, so its speed is
-// how many bytes each SM keeps in flight. Loads issued as per-thread cp.async (FlashInfer's
-// prefill kernel, and the first version of this one) stall at about 80% of HBM bandwidth
-// however deep the pipeline: an SM tracks only so many of them (docs/design/decode-plan.md).
-// Here every K and V row of a stage is one bulk copy (cp.async.bulk, the TMA engine) that
-// completes on the stage's mbarrier, kStages - 1 stages ahead of the math. Each warp owns 16
-// keys of a stage, so warps meet only at the one barrier per stage, and a thread's page id for
-// the next stage is loaded a stage early, so a page lookup never stalls an issue.
+// how well each SM keeps its share of HBM bandwidth busy. FlashInfer's prefill kernel, run with
+// 16-row tiles, waits for each K and V tile before it issues the next. Here a ring of cp.async
+// stages (K and V of 16 keys per warp) stays kStages - 1 stages ahead of the math, every warp
+// owns its own keys of a stage, so warps meet only at the one barrier per stage, and a thread's
+// page ids for the next stage are loaded a stage early, so a page lookup never stalls an issue.
+// (A version with one bulk copy per row through the TMA engine measured 1-4% slower:
+// docs/design/decode-plan.md.)
 #ifndef FAS_PAGED_DECODE_CUH
 #define FAS_PAGED_DECODE_CUH
 
@@ -30,25 +30,27 @@ struct Shape {
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kKeys = 16 * kWarps;  // keys per stage; each warp computes 16
     static constexpr int kRowBytes = HeadDim * 2;
-    // Rows padded by 16 bytes in shared memory: ldmatrix's 8 rows then start in 8 distinct
-    // 16-byte bank groups (bulk copies cannot swizzle).
-    static constexpr int kPitch = kRowBytes + 16;
-    static constexpr int kTileBytes = kKeys * kPitch;
+    static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
+    static constexpr int kTileBytes = kKeys * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
-    static constexpr int kQBytes = 16 * kPitch;
+    static constexpr int kQBytes = 16 * kRowBytes;
     // Two CTAs per SM, each with as many stages as fit in about half the SM's shared memory.
-    static constexpr int kBudget = 110 * 1024 - kQBytes;
+    static constexpr int kBudget = 96 * 1024;
     static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
-    static constexpr int kBarrierOffset = kQBytes + kStages * kStageBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + kStages * 8;
-    static_assert(2 * kKeys == kThreads, "each thread copies one K or V row per stage");
+    static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes;
+    static constexpr int kRowsPerPass = kThreads / kChunks;
+    static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
+    static_assert(kChunks >= 8, "the swizzle needs at least 8 chunks per row");
+    static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
     // The epilogue reuses the stages for every warp's (m, l, O).
     static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
 };
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `HeadDim` elements:
+// chunks XOR-swizzled by the row's low 3 bits, so that ldmatrix's 8 rows hit 8 distinct banks.
 template <int HeadDim>
-__device__ __forceinline__ uint32_t row_offset(int row, int chunk) {
-    return static_cast<uint32_t>(row * Shape<HeadDim>::kPitch + chunk * 16);
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+    return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
 __device__ __forceinline__ uint32_t smem_address(const void* pointer) {
@@ -63,29 +65,6 @@ __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\
 template <int N>
 __device__ __forceinline__ void wait_pending() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void barrier_init(uint32_t barrier, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
-}
-__device__ __forceinline__ void barrier_expect(uint32_t barrier, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(barrier), "r"(parity)
-            : "memory");
-    }
-}
-// `bytes` global -> shared through the TMA engine; completion is counted on `barrier`.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t barrier) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(barrier)
-                 : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
@@ -162,7 +141,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
     // Q tile -> shared (its own cp.async group); rows past the tile's queries read as zeros.
-    constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
+    constexpr int kChunks = S::kChunks;
     const T* q = static_cast<const T*>(a.q);
     for (int i = tid; i < 16 * kChunks; i += S::kThreads) {
         const int row = i / kChunks, column = i % kChunks;
@@ -170,54 +149,55 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
         const bool valid = token < qo_len;
         const T* src = q + static_cast<int64_t>(q_begin + (valid ? token : 0)) * a.q_row_stride + head * HeadDim +
                        column * 8;
-        copy16(q_smem + row_offset<HeadDim>(row, column), src, valid);
+        copy16(q_smem + swizzle<HeadDim>(row, column), src, valid);
     }
     commit();
 
-    // Each thread copies one row per stage: K row `tid` or V row `tid - kKeys`. Rows past the
-    // chunk's end copy its last key again (finite data that the mask then weighs by zero).
-    const uint32_t barriers = q_smem + S::kBarrierOffset;
-    if (tid == 0) {
-        for (int stage = 0; stage < S::kStages; ++stage) barrier_init(barriers + 8 * stage, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    const bool copies_v = tid >= S::kKeys;
-    const int copy_row = copies_v ? tid - S::kKeys : tid;
-    const T* cache = static_cast<const T*>(copies_v ? a.v_cache : a.k_cache) + kv_head * HeadDim;
-    const int64_t page_stride = copies_v ? a.v_page_stride : a.k_page_stride;
-    const int64_t row_stride = copies_v ? a.v_row_stride : a.k_row_stride;
+    // Each thread loads one 16-byte column of kPasses rows per stage, for K and for V; rows past
+    // the chunk's end read as zeros.
+    const int column = tid % kChunks, first_row = tid / kChunks;
+    const T* k_base = static_cast<const T*>(a.k_cache) + kv_head * HeadDim + column * 8;
+    const T* v_base = static_cast<const T*>(a.v_cache) + kv_head * HeadDim + column * 8;
     const int32_t* page_ids = a.page_indices + page_begin;
-    const auto key_of = [&](int stage) { return min(kv_begin + stage * S::kKeys + copy_row, kv_end - 1); };
-    int next_page = iterations > 0 ? page_ids[key_of(0) / page_size] : 0;
-    // Thread 0 arms a stage's barrier with its byte count before a barrier (__syncthreads) that
-    // every copy into it follows, so the count never runs ahead of the copies.
-    const auto expect = [&](int stage) {
-        if (tid == 0 && stage < iterations) {
-            barrier_expect(barriers + 8 * (stage % S::kStages), S::kKeys * 2 * S::kRowBytes);
+    int page_of_row[S::kPasses];
+    const auto fetch_pages = [&](int stage) {
+#pragma unroll
+        for (int p = 0; p < S::kPasses; ++p) {
+            const int key = kv_begin + stage * S::kKeys + first_row + p * S::kRowsPerPass;
+            page_of_row[p] = key < kv_end ? page_ids[key / page_size] : 0;
         }
     };
-    auto issue = [&](int stage) {
-        if (stage >= iterations) return;
-        const uint32_t buffer = stage % S::kStages;
-        const uint32_t barrier = barriers + 8 * buffer;
-        const int key = key_of(stage);
-        const T* src = cache + next_page * page_stride + static_cast<int64_t>(key % page_size) * row_stride;
-        bulk_copy(stage_smem + buffer * S::kStageBytes + (copies_v ? S::kTileBytes : 0) + copy_row * S::kPitch, src,
-                  S::kRowBytes, barrier);
-        if (stage + 1 < iterations) next_page = page_ids[key_of(stage + 1) / page_size];
+    const auto issue = [&](int stage) {
+        if (stage < iterations) {
+            const uint32_t k_tile = stage_smem + (stage % S::kStages) * S::kStageBytes;
+            const uint32_t v_tile = k_tile + S::kTileBytes;
+#pragma unroll
+            for (int p = 0; p < S::kPasses; ++p) {
+                const int row = first_row + p * S::kRowsPerPass;
+                const int key = kv_begin + stage * S::kKeys + row;
+                const bool valid = key < kv_end;
+                const int64_t page = page_of_row[p], in_page = valid ? key % page_size : 0;
+                copy16(k_tile + swizzle<HeadDim>(row, column), k_base + page * a.k_page_stride + in_page * a.k_row_stride,
+                       valid);
+                copy16(v_tile + swizzle<HeadDim>(row, column), v_base + page * a.v_page_stride + in_page * a.v_row_stride,
+                       valid);
+            }
+            fetch_pages(stage + 1);
+        }
+        commit();  // always, so that group counts stay aligned with stages
     };
+
+    fetch_pages(0);
+#pragma unroll
+    for (int stage = 0; stage < S::kStages - 1; ++stage) issue(stage);
 
     // Q fragments (A operand, 16 rows x HeadDim) stay in registers up to head dim 128; at 256
     // they would crowd out the output accumulators, so those re-read them from shared memory.
     constexpr bool kQInRegisters = HeadDim <= 128;
-    wait_pending<0>();
-#pragma unroll
-    for (int stage = 0; stage < S::kStages - 1; ++stage) expect(stage);
-    __syncthreads();  // Q and the armed barriers are visible to all
-#pragma unroll
-    for (int stage = 0; stage < S::kStages - 1; ++stage) issue(stage);
+    wait_pending<S::kStages - 1>();  // the Q group
+    __syncthreads();
     uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
-    const auto q_address = [&](int step) { return q_smem + row_offset<HeadDim>(lane % 16, 2 * step + lane / 16); };
+    const auto q_address = [&](int step) { return q_smem + swizzle<HeadDim>(lane % 16, 2 * step + lane / 16); };
     if constexpr (kQInRegisters) {
 #pragma unroll
         for (int step = 0; step < HeadDim / 16; ++step) ldmatrix_x4(q_frag[step], q_address(step));
@@ -240,9 +220,8 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
     for (int it = 0; it < iterations; ++it) {
-        barrier_wait(barriers + 8 * (it % S::kStages), (it / S::kStages) & 1);
-        expect(it + S::kStages - 1);  // its buffer's previous stage (it - 1) has completed
-        __syncthreads();  // every warp is done with stage it - 1, whose buffer the next issue refills
+        wait_pending<S::kStages - 2>();
+        __syncthreads();  // stage `it` is visible to all; stage it - 1's buffer is free again
         issue(it + S::kStages - 1);
 
         const uint32_t k_tile = stage_smem + (it % S::kStages) * S::kStageBytes;
@@ -254,7 +233,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
         for (int step = 0; step < HeadDim / 16; ++step) {
             uint32_t k_frag[4];
             const int m8 = lane / 8;
-            ldmatrix_x4(k_frag, k_tile + row_offset<HeadDim>(key0 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2));
+            ldmatrix_x4(k_frag, k_tile + swizzle<HeadDim>(key0 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2));
             uint32_t(&q_step)[4] = q_frag[kQInRegisters ? step : 0];
             if constexpr (!kQInRegisters) ldmatrix_x4(q_step, q_address(step));
             Mma<T>::run(s[0], q_step, k_frag[0], k_frag[1]);
@@ -304,7 +283,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
         for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
             uint32_t v_frag[4];
             const int m8 = lane / 8;
-            ldmatrix_x4_trans(v_frag, v_tile + row_offset<HeadDim>(key0 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2));
+            ldmatrix_x4_trans(v_frag, v_tile + swizzle<HeadDim>(key0 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2));
             Mma<T>::run(o[2 * pair], p_frag, v_frag[0], v_frag[1]);
             Mma<T>::run(o[2 * pair + 1], p_frag, v_frag[2], v_frag[3]);
         }
@@ -313,8 +292,8 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-    // Combine the warps' partial softmax states through shared memory (every issued stage was
-    // waited for, so no copy is in flight).
+    // Combine the warps' partial softmax states through shared memory (the stages are free now).
+    wait_pending<0>();
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
