@@ -6,6 +6,7 @@ Objects are cached by a key over everything that determines them (source text, f
 archs, image, upstream pin, and those of our own headers the TU includes), so a second
 build recompiles only what changed. Per-TU wall time and peak RSS (GNU time, which sees
 nvcc's children) go to the memory model (memory.py) and become the next build's estimates.
+Every nvcc runs under fixed_pid.py's shim, so that equal keys give byte-identical objects.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import fixed_pid
 from .container import ToolchainContainer
 from .errors import CompileError
 from .families import Upstream
@@ -127,6 +129,7 @@ class EntryCompiler:
         self.log_dir = self.build_root / "logs" / plan.name
         self.out_dir = self.build_root / matrix_name / plan.name
         self.registry = self.out_dir / "gen" / "kernel_registry.inc"
+        self.shim: Path | None = None  # fixed_pid's shim, built by compile_all
 
     # -- flags and keys -------------------------------------------------------------------
     def common_flags(self) -> list[str]:
@@ -175,7 +178,8 @@ class EntryCompiler:
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
         portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
-        for part in (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra):
+        parts = (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra, fixed_pid.KEY_PART)
+        for part in parts:
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -225,10 +229,11 @@ class EntryCompiler:
         time_path = self.log_dir / f"{name}.time"
         time_path.unlink(missing_ok=True)
         partial = obj.with_suffix(".o.partial")
-        argv = ["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
-                "nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
+        argv, environment = fixed_pid.wrap(["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
+                                            "nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)],
+                                           self.shim, name)
         started = time.monotonic()
-        result = self.container.exec(argv, log_path=log_path)
+        result = self.container.exec(argv, log_path=log_path, environment=environment)
         wall = time.monotonic() - started
         peak_kb = None
         if time_path.is_file():
@@ -256,6 +261,7 @@ class EntryCompiler:
 
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
         self.write_registry()
+        self.shim = fixed_pid.build_shim(self.container, self.out_dir / "tools")
 
         def runner(job: Job) -> tuple[bool, TUResult]:
             tu = job.payload
@@ -320,7 +326,8 @@ class EntryCompiler:
 
     def _run_checked(self, argv: list[str], log_name: str, what: str) -> None:
         log = self.log_dir / f"{log_name}.log"
-        result = self.container.exec(argv, log_path=log)
+        wrapped, environment = fixed_pid.wrap(argv, self.shim, log_name)
+        result = self.container.exec(wrapped, log_path=log, environment=environment)
         if result.exit_code != 0:
             tail = "\n".join(result.output.splitlines()[-LOG_TAIL_LINES:])
             raise CompileError(f"{what} failed (entry {self.plan.name}):\n$ {shlex.join(argv)}\n{tail}",

@@ -88,17 +88,20 @@ class ToolchainContainer:
         flags too, e.g. -I/host/clone/src)."""
         return text.replace(str(self.repo_root), MOUNT_POINT)
 
-    def exec(self, argv: list[str], log_path: Path | None = None) -> ExecResult:
-        """Run argv (host paths) inside the container. With log_path, output goes to that file
-        (so it survives a failure and can be shown later) and is also returned."""
+    def exec(self, argv: list[str], log_path: Path | None = None,
+             environment: dict[str, str] | None = None) -> ExecResult:
+        """Run argv (host paths) inside the container, with `environment` (host paths too) added
+        to the container's. With log_path, output goes to that file (so it survives a failure
+        and can be shown later) and is also returned."""
         argv = [self.inside(str(arg)) for arg in argv]
+        env = {name: self.inside(value) for name, value in (environment or {}).items()} or None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             command = f"{shlex.join(argv)} > {shlex.quote(self.inside(str(log_path)))} 2>&1"
-            code, _ = self._container.exec_run(["sh", "-c", command], workdir=MOUNT_POINT)
+            code, _ = self._container.exec_run(["sh", "-c", command], workdir=MOUNT_POINT, environment=env)
             output = log_path.read_text(errors="replace") if log_path.exists() else ""
             return ExecResult(code, output)
-        code, output = self._container.exec_run(argv, workdir=MOUNT_POINT)
+        code, output = self._container.exec_run(argv, workdir=MOUNT_POINT, environment=env)
         return ExecResult(code, output.decode("utf-8", "replace"))
 
     def run_tool(self, argv: list[str]) -> tuple[int, str]:

@@ -2,7 +2,7 @@
 
 `entry_manifest` writes the promise (the instantiations with their symbols, the exported
 API and SONAME, the archs) beside the record of how the artifact was made (sources,
-toolchain, flags, per-TU costs); `expectation` reads the promise back. Build-time
+toolchain, flags; not per-TU costs, which differ between two builds of the same inputs); `expectation` reads the promise back. Build-time
 verification and `invoke verify PATH` both check a library against `expectation(manifest)`,
 so they check the same things. `read_manifest` reads an exported manifest.json and
 refuses, as one VerifyError, a file that is not JSON or lacks part of the promise.
@@ -18,7 +18,6 @@ import jsonschema
 from .checks import Expectation, Report, exported_api
 from .errors import VerifyError
 from .library import EXPORTS_MAP
-from .memory import Stats, stats_key
 
 # The part of manifest.json that verifying reads (`expectation`, the toolchain); the rest is a record.
 PROMISE_SCHEMA = {
@@ -42,23 +41,17 @@ PROMISE_SCHEMA = {
 }
 
 
-def _tu_rows(build, stats: Stats) -> list[dict]:
-    recorded = stats.read()
-    by_name = {r.name: r for r in build.tu_results}
+def _tu_rows(build) -> list[dict]:
+    """What each TU is. Not what it cost: wall time, peak memory and cache hits differ on every
+    build, and two builds of the same inputs must write the same manifest (the costs stay in
+    build/tu-stats.json and the build log)."""
     rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol, "source": str(tu.source)}
             for tu in build.plan.kernels]
     rows += [{"name": tu.name, "kind": "host", "source": str(tu.source)} for tu in build.plan.hosts]
-    for row in rows:
-        r = by_name.get(row["name"])
-        earlier = recorded.get(stats_key(build.plan.entry, row["name"]), {})
-        row.update(cached=bool(r and r.cached),
-                   wall_s=round(r.wall_s, 1) if r and r.wall_s else earlier.get("wall_s"),
-                   peak_rss_kb=r.peak_rss_kb if r and r.peak_rss_kb else earlier.get("peak_rss_kb"))
     return rows
 
 
-def entry_manifest(matrix_name: str, build, fetched: dict, toolchain: dict, stats: Stats,
-                   repo_root: Path) -> dict:
+def entry_manifest(matrix_name: str, build, fetched: dict, toolchain: dict, repo_root: Path) -> dict:
     """The manifest of one built entry (an EntryBuild), before verification."""
     return {
         "matrix": matrix_name,
@@ -67,7 +60,7 @@ def entry_manifest(matrix_name: str, build, fetched: dict, toolchain: dict, stat
         "toolchain": toolchain,
         "archs": list(build.plan.entry.archs),
         "flags": [f.replace(str(repo_root), "$REPO") for f in build.compile_flags],
-        "translation_units": _tu_rows(build, stats),
+        "translation_units": _tu_rows(build),
         "api": {"soname": build.name.soname, "exports": list(exported_api(repo_root / EXPORTS_MAP))},
         "capabilities": [{"family": tu.family, "dtype": tu.dtype, "head_dim": tu.head_dim, "causal": tu.causal}
                          for tu in build.plan.kernels],

@@ -121,7 +121,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             toolchain = {**images.describe(image),
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
                             for tool in ("nvcc", "ptxas")}}
-            manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, compiler.stats, paths.repo),
+            manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, paths.repo),
                         "artifact_key": artifact_key}
             report = verify_build(container.run_tool, result, manifest, paths)
             checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")

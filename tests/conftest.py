@@ -15,12 +15,16 @@ class FakeContainer:
     writes the file after -o (and GNU time's figures after its own -o)."""
 
     def __init__(self):
-        self.commands: list[list[str]] = []
+        self.commands: list[list[str]] = []  # without fixed_pid's wrapper
+        self.environments: list[dict] = []
 
-    def exec(self, argv, log_path=None):
+    def exec(self, argv, log_path=None, environment=None):
         from flashbuild.container import ExecResult
 
+        if argv[:2] == ["sh", "-c"]:  # fixed_pid.wrap: sh -c SCRIPT sh ARGV...
+            argv = argv[4:]
         self.commands.append(list(argv))
+        self.environments.append(dict(environment or {}))
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text("")
@@ -32,6 +36,9 @@ class FakeContainer:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_bytes(b"\x7fELF stand-in")
         return ExecResult(0, "")
+
+    def check(self, argv):
+        return self.exec(argv).output
 
 
 @pytest.fixture

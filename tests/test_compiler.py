@@ -8,6 +8,7 @@ import os
 import pytest
 
 from conftest import write_tree
+from flashbuild import fixed_pid
 from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler
 from flashbuild.kernelgen import write_kernels
 from flashbuild.manifest import entry_manifest, expectation, read_manifest, with_report
@@ -108,10 +109,29 @@ def test_build_compiles_every_tu_once_records_costs_and_links_by_the_names(tree,
     assert f"-I{gpu}" in test and "-l:libflash_attn_standalone.so.1" in test
 
 
+def test_every_nvcc_runs_under_the_fixed_pid_shim_in_a_tmpdir_of_its_own(tree, fake_build):
+    compiler = compiler_for(tree, fake_build)
+    container = fake_build.container
+    compiler.link(compile_all(compiler))
+    shim = str(compiler.out_dir / "tools" / fixed_pid.SHIM_NAME)
+    assert shim in container.commands[0]
+    runs = [env for command, env in zip(container.commands[1:], container.environments[1:]) if "nvcc" in command]
+    assert len(runs) == compiler.plan.tu_count + 2  # every TU, the link, the test binary
+    assert all(env["LD_PRELOAD"] == shim for env in runs)
+    assert len({env["TMPDIR"] for env in runs}) == len(runs)
+
+
+def test_object_keys_cover_the_fixed_pid_shim(tree, fake_build, monkeypatch):
+    compiler = compiler_for(tree, fake_build)
+    before = {tu.name: compiler.kernel_spec(tu).key for tu in compiler.plan.kernels}
+    monkeypatch.setattr(fixed_pid, "KEY_PART", fixed_pid.KEY_PART + "/* another shim */")
+    assert all(compiler.kernel_spec(tu).key != before[tu.name] for tu in compiler.plan.kernels)
+
+
 def test_manifest_expectation_is_what_the_plan_built(tree, fake_build):
     compiler = compiler_for(tree, fake_build, "minimal")
     build = compiler.link(compile_all(compiler))
-    manifest = entry_manifest("minimal", build, fake_build.sources, {}, compiler.stats, tree)
+    manifest = entry_manifest("minimal", build, fake_build.sources, {}, tree)
     expect = expectation(manifest)
     assert expect.symbols == tuple(tu.symbol for tu in compiler.plan.kernels)
     assert expect.soname == "libflash_attn_standalone.so.1" and expect.exports == ("fas_fwd",)
@@ -126,7 +146,7 @@ def test_manifest_expectation_is_what_the_plan_built(tree, fake_build):
 def test_written_manifest_reads_back_for_verify(tree, fake_build):
     compiler = compiler_for(tree, fake_build, "minimal")
     manifest = entry_manifest("minimal", compiler.link(compile_all(compiler)), fake_build.sources,
-                              {"dockerfile": "docker/x.Dockerfile"}, compiler.stats, tree)
+                              {"dockerfile": "docker/x.Dockerfile"}, tree)
     path = tree / "manifest.json"
     path.write_text(json.dumps(with_report(manifest, Report("lib"))))
     assert expectation(read_manifest(path)) == expectation(manifest)

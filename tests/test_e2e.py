@@ -45,7 +45,9 @@ def test_smoke_build_exports_a_verified_versioned_artifact(smoke_artifact):
     assert manifest["toolchain"]["cuda"] == "12.4" and "cuda_12.4" in manifest["toolchain"]["nvcc"]
     kernels = [tu for tu in manifest["translation_units"] if tu["kind"] == "kernel"]
     assert [tu["name"] for tu in kernels] == ["fa2_fwd_hdim64_fp16_sm90"]
-    assert all(tu["wall_s"] and tu["peak_rss_kb"] for tu in manifest["translation_units"])
+    assert not any({"wall_s", "peak_rss_kb", "cached"} & set(tu) for tu in manifest["translation_units"])
+    costs = json.loads((repo / "build" / "tu-stats.json").read_text())
+    assert all(costs[f"{tu['name']}@sm_90a"]["peak_rss_kb"] for tu in manifest["translation_units"])
     assert all(check["ok"] for check in manifest["verify"])
     for line in (folder / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split("  ")
@@ -138,3 +140,31 @@ def _in_toolchain(repo, argv):
     with ToolchainContainer(client, image.tag, repo, "test") as container:
         result = container.exec(argv)
     return subprocess.CompletedProcess(argv, result.exit_code, result.output, "")
+
+
+def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smoke_artifact, tmp_path):
+    """src/api/lse.cu (a kernel in an anonymous namespace) compiled in two clones at different
+    paths, each in its own toolchain container: identical objects with fixed_pid's shim. The
+    control: two plain compiles in one clone differ (nvcc's PID is in the object)."""
+    from flashbuild import fixed_pid
+    from flashbuild.container import ToolchainContainer, docker_client
+
+    repo, _, folder, _ = smoke_artifact
+    image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]
+    objects = {}
+    for clone in ("a", "clone_b_at_a_longer_path"):
+        root = tmp_path / clone
+        shutil.copytree(repo / "src", root / "src")
+        with ToolchainContainer(docker_client(), image, root, "repro-test") as container:
+            shim = fixed_pid.build_shim(container, root / "tools")
+            for run in ("fixed", "plain-1", "plain-2"):
+                argv = ["nvcc", "-c", "-O3", "-std=c++17", "-arch=sm_90a", f"-I{root / 'src'}",
+                        f"-I{root / 'src/include'}", "-o", str(root / f"{run}.o"), str(root / "src/api/lse.cu")]
+                environment = None
+                if run == "fixed":
+                    argv, environment = fixed_pid.wrap(argv, shim, "lse")
+                result = container.exec(argv, environment=environment)
+                assert result.exit_code == 0, result.output[-2000:]
+                objects[clone, run] = (root / f"{run}.o").read_bytes()
+    assert objects["a", "fixed"] == objects["clone_b_at_a_longer_path", "fixed"]
+    assert objects["a", "plain-1"] != objects["a", "plain-2"]
