@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import checks, export, images, sources
+from . import checks, export, images, predict, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client
 from .build_time import build_time
@@ -38,7 +38,9 @@ class Paths:
         self.kernels = repo / "kernels"
 
 
-def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
+def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict, recorded: dict | None = None) -> str:
+    """The plan as the build prints it; with `recorded` (tu-stats.json's contents, as the dry
+    run passes them) also the predicted compile time here and on build servers."""
     lines = [f"matrix {plan.matrix.name}: {plan.matrix.description}",
              f"budget: {budget.describe()}"]
     if warning := budget.warning():
@@ -53,6 +55,8 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict) -> str:
             estimates.append(size)
             lines.append(f"  {tu.name:<40} {size / GIB:5.1f} GiB ({origin})")
         lines.append(f"  concurrency: up to {max_concurrency(estimates, budget)} TU(s) at once")
+        if recorded is not None:
+            lines += predict.describe(entry_plan, recorded, budget)
     return "\n".join(lines)
 
 
@@ -90,7 +94,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    console.print(describe_plan(plan, budget, Stats(paths.build).peaks()))
+    stats = Stats(paths.build)
+    console.print(describe_plan(plan, budget, stats.peaks(), stats.read() if dry_run else None))
     if dry_run:
         return []
     stale = stale_files(config.matrices.values(), paths.kernels)
