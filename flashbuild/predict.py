@@ -102,10 +102,12 @@ def describe(entry_plan, stats: dict, here: Budget) -> list[str]:
     jobs, timed = entry_jobs(entry_plan, stats)
     if timed == 0:
         return ["  predicted compile phase: no recorded TU times yet (build once; the next --dry-run predicts)"]
+    bound = max(sum(j.seconds for j in jobs) / here.cpu_slots, max(j.seconds for j in jobs))
     lines = [f"  predicted compile phase ({timed} of {len(jobs)} TUs timed by earlier builds, the rest at their"
              " group's median; link, verify and export not included):",
              f"    this machine ({here.cpu_slots} slot(s), {here.memory_bytes / GIB:.1f} GiB): "
-             f"{_duration(simulate(jobs, [Server(here.cpu_slots, here.memory_bytes)]))}"]
+             f"{_duration(simulate(jobs, [Server(here.cpu_slots, here.memory_bytes)]))} "
+             f"(lower bound, max(TU time / slots, longest TU): {_duration(bound)})"]
     for count in SERVER_COUNTS:
         servers = [Server(SERVER_CORES, SERVER_GIB * GIB)] * count
         lines.append(f"    {count:>2} server(s) of {SERVER_CORES} cores and {SERVER_GIB} GiB: "

@@ -63,5 +63,7 @@ def test_dry_run_says_when_nothing_was_timed_yet():
 def test_dry_run_prices_this_machine_and_each_server_count():
     stats = {"a@sm_90a": {"wall_s": 60.0, "peak_rss_kb": 1024}, "api@sm_90a": {"wall_s": 1.0, "peak_rss_kb": 512}}
     lines = describe(entry_plan("a", "b"), stats, Budget(16 * GIB, 1, "test"))
-    assert "this machine (1 slot(s), 16.0 GiB): 2.0 min" in lines[1]  # 60 + 60 (b: a's median) + 1
+    # 60 + 60 (b: a's median) + 1; the bound is the same on one slot
+    assert "this machine (1 slot(s), 16.0 GiB): 2.0 min (lower bound, max(TU time / slots, longest TU): 2.0 min)" \
+        in lines[1]
     assert [line.split(":")[0].split()[0] for line in lines[2:]] == ["1", "4", "16"]
