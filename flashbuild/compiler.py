@@ -130,6 +130,7 @@ class EntryCompiler:
         self.out_dir = self.build_root / matrix_name / plan.name
         self.registry = self.out_dir / "gen" / "kernel_registry.inc"
         self.shim: Path | None = None  # fixed_pid's shim, built by compile_all
+        self.route = None  # sccache.Route when the build runs nvcc through sccache
 
     # -- flags and keys -------------------------------------------------------------------
     def common_flags(self) -> list[str]:
@@ -178,7 +179,8 @@ class EntryCompiler:
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
         portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
-        parts = (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra, fixed_pid.KEY_PART)
+        route = self.route.key_part if self.route else ""
+        parts = (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra, fixed_pid.KEY_PART, route)
         for part in parts:
             h.update(part.encode())
             h.update(b"\0")
@@ -229,9 +231,11 @@ class EntryCompiler:
         time_path = self.log_dir / f"{name}.time"
         time_path.unlink(missing_ok=True)
         partial = obj.with_suffix(".o.partial")
+        nvcc = ["nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
         argv, environment = fixed_pid.wrap(["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
-                                            "nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)],
-                                           self.shim, name)
+                                            *(self.route.wrap(nvcc) if self.route else nvcc)], self.shim, name)
+        if self.route:
+            environment = {**self.route.environment, **environment}
         started = time.monotonic()
         result = self.container.exec(argv, log_path=log_path, environment=environment)
         wall = time.monotonic() - started
@@ -270,7 +274,8 @@ class EntryCompiler:
 
         outcomes: list[Outcome] = run_jobs(self.jobs(), runner, budget, events)
         results = [o.result for o in outcomes if isinstance(o.result, TUResult)]
-        self.stats.record(self.plan.entry, results)
+        if self.route is None:  # through sccache, GNU time sees only the client's memory
+            self.stats.record(self.plan.entry, results)
         for outcome in outcomes:
             if not outcome.ok:
                 if isinstance(outcome.result, TUResult) and outcome.result.log_path:

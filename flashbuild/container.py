@@ -45,12 +45,16 @@ def docker_client():
 
 
 class ToolchainContainer:
-    def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None):
+    def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None,
+                 writable_mounts: list[Path] | None = None):
         self.client = client
         self.image = image
         self.repo_root = repo_root.resolve()
         self.name = f"flashbuild-{name_hint}-{uuid.uuid4().hex[:8]}"
         self.extra_mounts = [p.resolve() for p in extra_mounts or [] if not p.resolve().is_relative_to(self.repo_root)]
+        # Folders outside the clone the build writes (a shared compiler cache), at their own path.
+        self.writable_mounts = [p.resolve() for p in writable_mounts or []
+                                if not p.resolve().is_relative_to(self.repo_root)]
         self._container = None
 
     def __enter__(self) -> "ToolchainContainer":
@@ -64,7 +68,8 @@ class ToolchainContainer:
             init=True,
             network_mode="none",  # compiling needs no network; nothing may leak in or out
             volumes={str(self.repo_root): {"bind": MOUNT_POINT, "mode": "rw"},
-                     **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts}},
+                     **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts},
+                     **{str(p): {"bind": str(p), "mode": "rw"} for p in self.writable_mounts}},
             working_dir=MOUNT_POINT,
             environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
             user=f"{os.getuid()}:{os.getgid()}",
@@ -109,8 +114,8 @@ class ToolchainContainer:
         result = self.exec(argv)
         return result.exit_code, result.output
 
-    def check(self, argv: list[str]) -> str:
-        result = self.exec(argv)
+    def check(self, argv: list[str], environment: dict[str, str] | None = None) -> str:
+        result = self.exec(argv, environment=environment)
         if result.exit_code != 0:
             raise FlashBuildError(f"`{shlex.join(argv)}` failed in {self.image}:\n{result.output[-2000:]}")
         return result.output

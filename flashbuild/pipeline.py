@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import checks, export, images, predict, sources
+from . import checks, export, images, predict, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client
 from .build_time import build_time
@@ -89,7 +89,8 @@ def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None
 
 
 def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
-          reserve_gb: float = RESERVE_GB, offline: bool = False, local: dict[str, Path] | None = None) -> list[Path]:
+          reserve_gb: float = RESERVE_GB, offline: bool = False, local: dict[str, Path] | None = None,
+          use_sccache: bool = False) -> list[Path]:
     paths = Paths(repo.resolve())
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
@@ -105,23 +106,32 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     client = docker_client()  # before the downloads: no engine should cost no fetch
-    fetched = fetch_sources(paths, local, offline, only=plan.sources_needed)
+    cache_settings = sccache.settings(paths.build) if use_sccache else None
+    needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
+    fetched = fetch_sources(paths, local, offline, only=needed)
+    route = sccache.make_route(fetched, paths.build, cache_settings) if use_sccache else None
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
         image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
         log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
         compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
+        compiler.route = route
         artifact_key = compiler.artifact_key()
         current = export.up_to_date(paths.artifacts, compiler.name.version_string, entry_plan.name, artifact_key)
         if current is not None:
             log(f"entry {entry_plan.name}: {current.relative_to(paths.repo)} is up to date (same inputs); left alone")
             exported.append(current)
             continue
-        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name) as container:
+        shared = [route.cache_dir] if route else []
+        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared) as container:
             compiler.container = container
+            if route:
+                sccache.start_server(container, route)
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
+            if route:
+                log(sccache.stats_summary(container, route))
             result = compiler.link(results)
             toolchain = {**images.describe(image),
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]

