@@ -168,3 +168,24 @@ def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smo
                 objects[clone, run] = (root / f"{run}.o").read_bytes()
     assert objects["a", "fixed"] == objects["clone_b_at_a_longer_path", "fixed"]
     assert objects["a", "plain-1"] != objects["a", "plain-2"]
+
+
+def test_a_second_clone_builds_smoke_from_a_shared_sccache_folder_byte_for_byte(smoke_artifact, tmp_path):
+    """Two clones at different paths build `smoke` with --sccache and one SCCACHE_DIR: the second
+    compiles nothing itself (every step a hit), and both export identical bytes."""
+    repo = smoke_artifact[0]
+    environment = {**os.environ, "SCCACHE_DIR": str(tmp_path / "shared-sccache")}
+    outputs, clones = [], [tmp_path / "a", tmp_path / "clone_b_at_a_longer_path"]
+    for clone in clones:
+        subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+        result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--sccache"],
+                                cwd=clone, env=environment, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        outputs.append(result.stdout)
+    assert "cache misses 0" not in outputs[0] and "cache misses 0," in outputs[1], outputs[1][-2000:]
+    version = (repo / "VERSION").read_text().strip()
+    tarball = f"artifacts/{version}/flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
+    folder = f"artifacts/{version}/smoke-cuda12.4-sm90a"
+    for name in (tarball, f"{folder}/manifest.json", f"{folder}/bin/test_varlen_inference",
+                 f"{folder}/lib/libflash_attn_standalone.so.{version}"):
+        assert (clones[0] / name).read_bytes() == (clones[1] / name).read_bytes(), name
