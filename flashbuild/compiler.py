@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fixed_pid
+from . import fixed_pid, sccache
 from .container import ToolchainContainer
 from .errors import CompileError
 from .families import Upstream
@@ -266,6 +266,8 @@ class EntryCompiler:
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
         self.write_registry()
         self.shim = fixed_pid.build_shim(self.container, self.out_dir / "tools")
+        if self.route:
+            sccache.start_server(self.container, self.route, self.shim)
 
         def runner(job: Job) -> tuple[bool, TUResult]:
             tu = job.payload

