@@ -18,6 +18,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include <flashinfer/cp_async.cuh>
+#include <flashinfer/mma.cuh>
 
 #include "paged/merge.cuh"
 
@@ -53,61 +57,27 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
     return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
-__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
+namespace cp_async = flashinfer::cp_async;
+namespace mma = flashinfer::mma;
 
-// 16 bytes global -> shared, zero-filled when !valid (then nothing is read).
-__device__ __forceinline__ void copy16(uint32_t dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void wait_pending() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
+// Two floats rounded to one 32-bit register of T pair (an mma operand, or two output elements).
 template <typename T>
-struct Mma;
-template <>
-struct Mma<half> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float x, float y) {
+__device__ __forceinline__ uint32_t pack(float x, float y) {
+    if constexpr (std::is_same_v<T, half>) {
         const __half2 h = __floats2half2_rn(x, y);
         return *reinterpret_cast<const uint32_t*>(&h);
-    }
-};
-template <>
-struct Mma<nv_bfloat16> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float x, float y) {
+    } else {
         const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
         return *reinterpret_cast<const uint32_t*>(&h);
     }
-};
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (then nothing is read).
+template <typename T>
+__device__ __forceinline__ void copy16(uint8_t* dst, const T* src, bool valid) {
+    cp_async::pred_load_128b<cp_async::PrefetchMode::kNoPrefetch, cp_async::SharedMemFillMode::kFillZero>(
+        reinterpret_cast<T*>(dst), src, valid);
+}
 
 template <typename T, int HeadDim, bool Causal>
 __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __grid_constant__ LaunchArgs a) {
@@ -134,8 +104,8 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     const int iterations = (kv_end - kv_begin + S::kKeys - 1) / S::kKeys;
     const int row0 = qo_tile * 16;
 
-    const uint32_t q_smem = smem_address(smem);
-    const uint32_t stage_smem = q_smem + S::kQBytes;
+    uint8_t* const q_smem = smem;
+    uint8_t* const stage_smem = smem + S::kQBytes;
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -151,7 +121,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
                        column * 8;
         copy16(q_smem + swizzle<HeadDim>(row, column), src, valid);
     }
-    commit();
+    cp_async::commit_group();
 
     // Each thread loads one 16-byte column of kPasses rows per stage, for K and for V; rows past
     // the chunk's end read as zeros.
@@ -169,8 +139,8 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     };
     const auto issue = [&](int stage) {
         if (stage < iterations) {
-            const uint32_t k_tile = stage_smem + (stage % S::kStages) * S::kStageBytes;
-            const uint32_t v_tile = k_tile + S::kTileBytes;
+            uint8_t* const k_tile = stage_smem + (stage % S::kStages) * S::kStageBytes;
+            uint8_t* const v_tile = k_tile + S::kTileBytes;
 #pragma unroll
             for (int p = 0; p < S::kPasses; ++p) {
                 const int row = first_row + p * S::kRowsPerPass;
@@ -184,7 +154,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
             }
             fetch_pages(stage + 1);
         }
-        commit();  // always, so that group counts stay aligned with stages
+        cp_async::commit_group();  // always, so that group counts stay aligned with stages
     };
 
     fetch_pages(0);
@@ -194,13 +164,15 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     // Q fragments (A operand, 16 rows x HeadDim) stay in registers up to head dim 128; at 256
     // they would crowd out the output accumulators, so those re-read them from shared memory.
     constexpr bool kQInRegisters = HeadDim <= 128;
-    wait_pending<S::kStages - 1>();  // the Q group
+    cp_async::wait_group<S::kStages - 1>();  // the Q group
     __syncthreads();
     uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
-    const auto q_address = [&](int step) { return q_smem + swizzle<HeadDim>(lane % 16, 2 * step + lane / 16); };
+    const auto q_address = [&](int step) {
+        return reinterpret_cast<T*>(q_smem + swizzle<HeadDim>(lane % 16, 2 * step + lane / 16));
+    };
     if constexpr (kQInRegisters) {
 #pragma unroll
-        for (int step = 0; step < HeadDim / 16; ++step) ldmatrix_x4(q_frag[step], q_address(step));
+        for (int step = 0; step < HeadDim / 16; ++step) mma::ldmatrix_m8n8x4(q_frag[step], q_address(step));
     }
 
     // Rows this thread holds: g and g + 8 of the tile (mma accumulator layout).
@@ -220,12 +192,12 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
     for (int it = 0; it < iterations; ++it) {
-        wait_pending<S::kStages - 2>();
+        cp_async::wait_group<S::kStages - 2>();
         __syncthreads();  // stage `it` is visible to all; stage it - 1's buffer is free again
         issue(it + S::kStages - 1);
 
-        const uint32_t k_tile = stage_smem + (it % S::kStages) * S::kStageBytes;
-        const uint32_t v_tile = k_tile + S::kTileBytes;
+        uint8_t* const k_tile = stage_smem + (it % S::kStages) * S::kStageBytes;
+        uint8_t* const v_tile = k_tile + S::kTileBytes;
         const int key0 = warp * 16;  // this warp's keys within the stage
 
         float s[2][4] = {};
@@ -233,11 +205,11 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
         for (int step = 0; step < HeadDim / 16; ++step) {
             uint32_t k_frag[4];
             const int m8 = lane / 8;
-            ldmatrix_x4(k_frag, k_tile + swizzle<HeadDim>(key0 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2));
+            mma::ldmatrix_m8n8x4(
+                k_frag, reinterpret_cast<T*>(k_tile + swizzle<HeadDim>(key0 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2)));
             uint32_t(&q_step)[4] = q_frag[kQInRegisters ? step : 0];
-            if constexpr (!kQInRegisters) ldmatrix_x4(q_step, q_address(step));
-            Mma<T>::run(s[0], q_step, k_frag[0], k_frag[1]);
-            Mma<T>::run(s[1], q_step, k_frag[2], k_frag[3]);
+            if constexpr (!kQInRegisters) mma::ldmatrix_m8n8x4(q_step, q_address(step));
+            mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[0][0], q_step, k_frag);  // keys 0-7 and 8-15
         }
         const int stage_key = kv_begin + it * S::kKeys + key0;
         if (stage_key + 15 > tile_last_key) {  // some key of this warp is past a row's end
@@ -277,15 +249,15 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
             }
         }
         // P (16 x 16 keys) as the A operand; V (16 keys x HeadDim) through transposing ldmatrix.
-        const uint32_t p_frag[4] = {Mma<T>::pack(s[0][0], s[0][1]), Mma<T>::pack(s[0][2], s[0][3]),
-                                    Mma<T>::pack(s[1][0], s[1][1]), Mma<T>::pack(s[1][2], s[1][3])};
+        uint32_t p_frag[4] = {pack<T>(s[0][0], s[0][1]), pack<T>(s[0][2], s[0][3]), pack<T>(s[1][0], s[1][1]),
+                              pack<T>(s[1][2], s[1][3])};
 #pragma unroll
         for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
             uint32_t v_frag[4];
             const int m8 = lane / 8;
-            ldmatrix_x4_trans(v_frag, v_tile + swizzle<HeadDim>(key0 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2));
-            Mma<T>::run(o[2 * pair], p_frag, v_frag[0], v_frag[1]);
-            Mma<T>::run(o[2 * pair + 1], p_frag, v_frag[2], v_frag[3]);
+            mma::ldmatrix_m8n8x4_trans(
+                v_frag, reinterpret_cast<T*>(v_tile + swizzle<HeadDim>(key0 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2)));
+            mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * pair][0], p_frag, v_frag);  // dims of 2 blocks
         }
     }
 
@@ -293,7 +265,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
     // Combine the warps' partial softmax states through shared memory (the stages are free now).
-    wait_pending<0>();
+    cp_async::wait_group<0>();
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -350,10 +322,10 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
             to[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
         } else {
             uint4 packed8;
-            packed8.x = Mma<T>::pack(acc[0], acc[1]);
-            packed8.y = Mma<T>::pack(acc[2], acc[3]);
-            packed8.z = Mma<T>::pack(acc[4], acc[5]);
-            packed8.w = Mma<T>::pack(acc[6], acc[7]);
+            packed8.x = pack<T>(acc[0], acc[1]);
+            packed8.y = pack<T>(acc[2], acc[3]);
+            packed8.z = pack<T>(acc[4], acc[5]);
+            packed8.w = pack<T>(acc[6], acc[7]);
             *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + at) = packed8;
         }
         if (chunk8 == 0 && lse != nullptr) {
@@ -385,17 +357,9 @@ cudaError_t occupancy_decode(int* ctas_per_sm) {
 template <int Dtype, int HeadDim, bool Causal>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     using Traits = DecodeTraits<Dtype, HeadDim, Causal>;
-    cudaLaunchAttribute overlap{};
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(a.num_ctas) * a.num_heads_k);  // the plan bounds it
-    config.blockDim = dim3(Traits::Shape::kThreads);
-    config.dynamicSmemBytes = Traits::Shape::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, a);
+    const dim3 grid(static_cast<unsigned>(a.num_ctas) * a.num_heads_k);  // the plan bounds it
+    const cudaError_t error =
+        launch_overlapped(Traits::kernel, grid, dim3(Traits::Shape::kThreads), Traits::Shape::kSmemBytes, stream, a);
     if (error != cudaSuccess || !a.split) return error;
     return launch_merge<float, typename Traits::T, HeadDim>(a, stream);
 }

@@ -100,20 +100,9 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     params.padded_batch_size = a.num_ctas;
     params.partition_kv = a.split;
 
-    // Programmatic dependent launch: each kernel may start while the one before it on the stream
-    // drains, and waits (griddepcontrol.wait) before it reads anything that kernel could write;
-    // what it reads earlier is the plan's own schedule. Saves a launch gap per kernel.
-    cudaLaunchAttribute overlap{};
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(a.num_ctas, 1, a.num_heads_k);
-    config.blockDim = dim3(32, Traits::kWarpsQ, Traits::kWarpsKV);
-    config.dynamicSmemBytes = Traits::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, params);
+    const cudaError_t error = launch_overlapped(Traits::kernel, dim3(a.num_ctas, 1, a.num_heads_k),
+                                                dim3(32, Traits::kWarpsQ, Traits::kWarpsKV), Traits::kSmemBytes,
+                                                stream, params);
     if (error != cudaSuccess || !a.split) return error;
     return launch_merge<T, T, HeadDim>(a, stream);
 }

@@ -1,6 +1,6 @@
-// What every paged kernel TU shares: the element types, and the merge of a split plan's partial
-// results (FlashInfer's persistent variable-length merge of rows with their log2 LSE), launched
-// after the attention kernel with programmatic dependent launch.
+// What every paged kernel TU shares: the element types, the launch with programmatic dependent
+// launch, and the merge of a split plan's partial results (FlashInfer's persistent
+// variable-length merge of rows with their log2 LSE), launched after the attention kernel.
 // Only kernel TUs include this (it pulls in FlashInfer's headers); everything else sees paged.h.
 #ifndef FAS_PAGED_MERGE_CUH
 #define FAS_PAGED_MERGE_CUH
@@ -30,6 +30,26 @@ struct Element<FAS_DTYPE_BF16> {
 
 // TIn: the partial rows' element type (the decode kernel writes fp32, FlashInfer's prefill the
 // output type); TOut: the output's.
+// Launches kernel(args...) with programmatic dependent launch: it may start while the kernel
+// before it on the stream drains, and waits (griddepcontrol.wait) before it reads anything that
+// kernel could write; what it reads earlier is the plan's own schedule. Saves a launch gap per
+// kernel. Every paged launch goes through here.
+template <typename Kernel, typename... Args>
+cudaError_t launch_overlapped(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                              Args... args) {
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 template <typename TIn, typename TOut, int HeadDim>
 struct MergeTraits {
     static constexpr uint32_t kVec = (16 / sizeof(TIn)) > (HeadDim / 32) ? (16 / sizeof(TIn)) : (HeadDim / 32);
@@ -50,22 +70,11 @@ cudaError_t launch_merge(const LaunchArgs& a, cudaStream_t stream) {
     const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
     const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
     const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
-    cudaLaunchAttribute overlap{};
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(ctas));
-    config.blockDim = dim3(Traits::kBdx, Traits::kBdy);
-    config.dynamicSmemBytes = Traits::kSmem;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    cudaError_t error = cudaLaunchKernelEx(&config, Traits::kernel, static_cast<TIn*>(a.tmp_v), a.tmp_s,
-                                           const_cast<int32_t*>(a.merge_indptr),
-                                           static_cast<TOut*>(a.out) + out_offset * HeadDim,
-                                           a.lse == nullptr ? nullptr : a.lse + out_offset,
-                                           static_cast<uint32_t>(a.merge_rows), static_cast<uint32_t*>(nullptr),
-                                           static_cast<uint32_t>(a.num_heads_q));
+    const cudaError_t error = launch_overlapped(
+        Traits::kernel, dim3(static_cast<unsigned>(ctas)), dim3(Traits::kBdx, Traits::kBdy), Traits::kSmem, stream,
+        static_cast<TIn*>(a.tmp_v), a.tmp_s, const_cast<int32_t*>(a.merge_indptr),
+        static_cast<TOut*>(a.out) + out_offset * HeadDim, a.lse == nullptr ? nullptr : a.lse + out_offset,
+        static_cast<uint32_t>(a.merge_rows), static_cast<uint32_t*>(nullptr), static_cast<uint32_t>(a.num_heads_q));
     if (error != cudaSuccess) return error;
     return cudaGetLastError();
 }
