@@ -201,9 +201,6 @@ def _paged_template_args(tu) -> str:
 def render_paged(tu) -> str:
     args = _paged_template_args(tu)
     header, run, occupancy, what = PAGED_KERNELS[tu.family]
-    call = f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
-    if tu.family == "paged_prefill":
-        call = args
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
         f"// {what}: {tu.dtype}, head dim {tu.head_dim}, "
@@ -214,12 +211,12 @@ def render_paged(tu) -> str:
         "",
         "template <>",
         f"cudaError_t launch_paged<{args}>(const LaunchArgs& args, cudaStream_t stream) {{",
-        f"    return {run}<{call}>(args, stream);",
+        f"    return {run}<{args}>(args, stream);",
         "}",
         "",
         "template <>",
         f"cudaError_t occupancy_paged<{args}>(int* ctas_per_sm) {{",
-        f"    return {occupancy}<{call}>(ctas_per_sm);",
+        f"    return {occupancy}<{args}>(ctas_per_sm);",
         "}",
         "",
         "}  // namespace fas_paged",

@@ -6,12 +6,12 @@ namespace fas_paged {
 
 template <>
 cudaError_t launch_paged<0, 256, true, 16>(const LaunchArgs& args, cudaStream_t stream) {
-    return run_decode<0, 256, true>(args, stream);
+    return run_decode<0, 256, true, 16>(args, stream);
 }
 
 template <>
 cudaError_t occupancy_paged<0, 256, true, 16>(int* ctas_per_sm) {
-    return occupancy_decode<0, 256, true>(ctas_per_sm);
+    return occupancy_decode<0, 256, true, 16>(ctas_per_sm);
 }
 
 }  // namespace fas_paged

@@ -336,17 +336,18 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
 
 }  // namespace decode
 
-template <int Dtype, int HeadDim, bool Causal>
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
 struct DecodeTraits {
+    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     using T = typename Element<Dtype>::type;
     using Shape = decode::Shape<HeadDim>;
     static constexpr auto kernel = decode::kernel<T, HeadDim, Causal>;
 };
 
 // Called at plan creation on the plan's device (opts the kernel into its shared memory there).
-template <int Dtype, int HeadDim, bool Causal>
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_decode(int* ctas_per_sm) {
-    using Traits = DecodeTraits<Dtype, HeadDim, Causal>;
+    using Traits = DecodeTraits<Dtype, HeadDim, Causal, TileQ>;
     cudaError_t error = cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              Traits::Shape::kSmemBytes);
     if (error != cudaSuccess) return error;
@@ -354,9 +355,9 @@ cudaError_t occupancy_decode(int* ctas_per_sm) {
                                                          Traits::Shape::kSmemBytes);
 }
 
-template <int Dtype, int HeadDim, bool Causal>
+template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
-    using Traits = DecodeTraits<Dtype, HeadDim, Causal>;
+    using Traits = DecodeTraits<Dtype, HeadDim, Causal, TileQ>;
     const dim3 grid(static_cast<unsigned>(a.num_ctas) * a.num_heads_k);  // the plan bounds it
     const cudaError_t error =
         launch_overlapped(Traits::kernel, grid, dim3(Traits::Shape::kThreads), Traits::Shape::kSmemBytes, stream, a);
