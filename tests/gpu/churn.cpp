@@ -34,9 +34,9 @@ CaseOutcome run_plan_churn_case(fas_dtype dtype, cudaStream_t first_stream, std:
     const RoundedTensor k = random_tensor(dtype, kv_elements, rng);
     const RoundedTensor v = random_tensor(dtype, kv_elements, rng);
     DeviceBuffer q_dev(q_elements * 2), k_dev(kv_elements * 2), v_dev(kv_elements * 2), check_dev(q_elements * 2);
-    CUDA_CHECK(cudaMemcpy(q_dev.as<void>(), q.bits.data(), q_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(k_dev.as<void>(), k.bits.data(), k_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(v_dev.as<void>(), v.bits.data(), v_dev.bytes(), cudaMemcpyHostToDevice));
+    upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
+    upload(k_dev.as<void>(), k.bits.data(), k_dev.bytes());
+    upload(v_dev.as<void>(), v.bits.data(), v_dev.bytes());
     std::vector<std::unique_ptr<DeviceBuffer>> outs;
     cudaStream_t second_stream = nullptr;
     CUDA_CHECK(cudaStreamCreateWithFlags(&second_stream, cudaStreamNonBlocking));

@@ -65,6 +65,19 @@ private:
     size_t bytes_;
 };
 
+// Test setup, complete on return. The tests run on a non-blocking stream, which does not wait
+// for the legacy stream that cudaMemcpy and cudaMemset use, and a cudaMemcpy from pageable
+// memory may return before its copy has landed: without the synchronize, a kernel could read
+// the old bytes (seen with a 231 MB paged cache under a busy GPU).
+inline void upload(void* device, const void* host, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+inline void fill(void* device, int byte, size_t bytes) {
+    CUDA_CHECK(cudaMemset(device, byte, bytes));
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Numerics (numerics.cpp): round-to-nearest-even conversions between float and the 16-bit
 // dtypes and FP8 e4m3 (OCP: no infinities, max 448, 0x7f / 0xff are NaN; conversion saturates

@@ -90,7 +90,7 @@ CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stre
     DeviceBuffer q_dev(1 << 16), k_dev(1 << 16), v_dev(1 << 16), out_dev(1 << 16), offsets_dev(64);
     const int32_t good_offsets[3] = {0, 4, 9};
     const int32_t bad_offsets[3] = {0, 5, 3};
-    CUDA_CHECK(cudaMemcpy(offsets_dev.as<void>(), good_offsets, sizeof good_offsets, cudaMemcpyHostToDevice));
+    upload(offsets_dev.as<void>(), good_offsets, sizeof good_offsets);
     fas_plan_args plan_args;
     fas_plan_args_init(&plan_args);
     plan_args.dtype = dtype;
@@ -176,13 +176,13 @@ CaseOutcome run_shared_buffer_case(SharedLayout layout, bool use_plan, fas_dtype
     const size_t tensor_bytes = tokens * width * sizeof(uint16_t);
     DeviceBuffer shared_dev(shared.size() * sizeof(uint16_t)), offsets_dev(sizeof offsets);
     DeviceBuffer k_dev(packed ? 0 : tensor_bytes), v_dev(packed ? 0 : tensor_bytes), out_dev(packed ? tensor_bytes : 0);
-    CUDA_CHECK(cudaMemcpy(shared_dev.as<void>(), shared.data(), shared_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(offsets_dev.as<void>(), offsets, sizeof offsets, cudaMemcpyHostToDevice));
+    upload(shared_dev.as<void>(), shared.data(), shared_dev.bytes());
+    upload(offsets_dev.as<void>(), offsets, sizeof offsets);
     if (packed) {
-        CUDA_CHECK(cudaMemset(out_dev.as<void>(), 0xFF, out_dev.bytes()));
+        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
     } else {
-        CUDA_CHECK(cudaMemcpy(k_dev.as<void>(), k.bits.data(), tensor_bytes, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(v_dev.as<void>(), v.bits.data(), tensor_bytes, cudaMemcpyHostToDevice));
+        upload(k_dev.as<void>(), k.bits.data(), tensor_bytes);
+        upload(v_dev.as<void>(), v.bits.data(), tensor_bytes);
     }
     uint16_t* base = shared_dev.as<uint16_t>();
     const void* q_ptr = base;

@@ -70,13 +70,13 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     DeviceBuffer q_dev(q_elements * 2), k_dev(cache_elements * 2), v_dev(cache_elements * 2);
     DeviceBuffer out_dev(q_elements * 2), lse_dev(total_q * c.heads_q * sizeof(float));
     DeviceBuffer ids_dev(std::max(total_pages, 1) * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpy(q_dev.as<void>(), q.bits.data(), q_dev.bytes(), cudaMemcpyHostToDevice));
+    upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
     const auto load_cache = [&](const std::vector<int32_t>& ids) {
         const std::vector<uint16_t> k_cache = scatter(k.bits, c, ids, num_pages);
         const std::vector<uint16_t> v_cache = scatter(v.bits, c, ids, num_pages);
-        CUDA_CHECK(cudaMemcpy(k_dev.as<void>(), k_cache.data(), k_dev.bytes(), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(v_dev.as<void>(), v_cache.data(), v_dev.bytes(), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(ids_dev.as<void>(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+        upload(k_dev.as<void>(), k_cache.data(), k_dev.bytes());
+        upload(v_dev.as<void>(), v_cache.data(), v_dev.bytes());
+        upload(ids_dev.as<void>(), ids.data(), ids.size() * sizeof(int32_t));
     };
     std::vector<int32_t> ids = shuffled_pages(total_pages, num_pages, rng);
     load_cache(ids);
@@ -135,8 +135,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     std::vector<float> lses[2];
     for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) load_cache(ids = shuffled_pages(total_pages, num_pages, rng));  // a new step's page table
-        CUDA_CHECK(cudaMemset(out_dev.as<void>(), 0xFF, out_dev.bytes()));
-        CUDA_CHECK(cudaMemset(lse_dev.as<void>(), 0xFF, lse_dev.bytes()));
+        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
+        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
         if (fas_plan_run(plan, &run) != FAS_SUCCESS) {
             const std::string message = fas_get_last_error();
             fas_plan_destroy(plan);
@@ -219,7 +219,7 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     fas_status status = fas_plan_create(&args, &plan);
     if (which >= 8) {
         if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
-        CUDA_CHECK(cudaMemcpy(ids_dev.as<void>(), ids, sizeof ids, cudaMemcpyHostToDevice));
+        upload(ids_dev.as<void>(), ids, sizeof ids);
         fas_plan_run_args run;
         fas_plan_run_args_init(&run);
         run.q = q_dev.as<void>();

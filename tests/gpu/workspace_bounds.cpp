@@ -55,12 +55,12 @@ CaseOutcome run_lse_scratch_case(fas_dtype dtype, bool pass_workspace, cudaStrea
     const std::vector<uint16_t> v_image = device_image(v, kCuSeqlensK[0], kv_width);
     DeviceBuffer q_dev(q_image.size() * 2), k_dev(k_image.size() * 2), v_dev(v_image.size() * 2);
     DeviceBuffer out_dev(kRows * q_width * 2), cu_q_dev(sizeof kCuSeqlensQ), cu_k_dev(sizeof kCuSeqlensK);
-    CUDA_CHECK(cudaMemcpy(q_dev.as<void>(), q_image.data(), q_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(k_dev.as<void>(), k_image.data(), k_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(v_dev.as<void>(), v_image.data(), v_dev.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(cu_q_dev.as<void>(), kCuSeqlensQ, sizeof kCuSeqlensQ, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(cu_k_dev.as<void>(), kCuSeqlensK, sizeof kCuSeqlensK, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(out_dev.as<void>(), 0xFF, out_dev.bytes()));
+    upload(q_dev.as<void>(), q_image.data(), q_dev.bytes());
+    upload(k_dev.as<void>(), k_image.data(), k_dev.bytes());
+    upload(v_dev.as<void>(), v_image.data(), v_dev.bytes());
+    upload(cu_q_dev.as<void>(), kCuSeqlensQ, sizeof kCuSeqlensQ);
+    upload(cu_k_dev.as<void>(), kCuSeqlensK, sizeof kCuSeqlensK);
+    fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
 
     fas_fwd_args args;
     fas_fwd_args_init(&args);
@@ -88,7 +88,7 @@ CaseOutcome run_lse_scratch_case(fas_dtype dtype, bool pass_workspace, cudaStrea
     }
     DeviceBuffer block(pass_workspace ? workspace_bytes + kGuardBytes : 0);
     if (pass_workspace) {
-        CUDA_CHECK(cudaMemset(block.as<void>(), kGuardByte, block.bytes()));
+        fill(block.as<void>(), kGuardByte, block.bytes());
         args.workspace = block.as<void>();
         args.workspace_bytes = workspace_bytes;
     }
