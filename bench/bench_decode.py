@@ -55,7 +55,10 @@ def plan_runner(lib: Library, args: PlanArgs, run: PlanRunArgs):
     return reused, step, layers, info
 
 
-def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
+def decode_fns(lib: Library, batch: int, kv_len: int):
+    """(callables by column name, plan infos, check): the library on contiguous KV and on paged
+    caches of pages 1/16/64, one planning step, SDPA cuDNN/flash; check() runs the library once
+    and returns its max error against SDPA (math, fp32) on the same inputs."""
     torch.manual_seed(0)
     dev, dtype = "cuda", torch.bfloat16
     stream = torch.cuda.current_stream().cuda_stream
@@ -103,13 +106,21 @@ def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
             with sdpa_kernel([backend]):
                 F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
         fns[name] = sdpa
+
+    def check() -> float:
+        fns["contiguous"]()
+        torch.cuda.synchronize()
+        reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), enable_gqa=True).transpose(1, 2)
+        return (out.float() - reference).abs().max().item()
+
+    return fns, infos, check
+
+
+def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
+    fns, infos, check = decode_fns(lib, batch, kv_len)
     times = median_ms_each(fns, repeats)
     # Correctness guard: the timed library output against SDPA (math) on the same inputs.
-    fns["contiguous"]()
-    torch.cuda.synchronize()
-    reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), enable_gqa=True).transpose(1, 2)
-    error = (out.float() - reference).abs().max().item()
-    return {"times": times, "infos": infos, "error": error}
+    return {"times": times, "infos": infos, "error": check()}
 
 
 def us(value) -> str:

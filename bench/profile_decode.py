@@ -1,0 +1,103 @@
+"""Where a decode step's time goes: the kernels of back-to-back calls as the CUDA profiler
+(CUPTI, through torch.profiler) records them, for the library and SDPA cuDNN on the rows of
+bench_decode.py, and the GPU's own memory ceilings measured in the same run.
+
+    python3 bench/profile_decode.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
+
+Per column: the period of one call (first kernel start to last kernel end over the calls,
+divided by the calls), each kernel's mean duration and share, and the time no kernel of the
+column ran (launch gaps). Ceilings: a 1 GiB device-to-device copy (bytes read + written / time)
+and a 1 GiB fp32 sum (bytes read / time), medians of 20.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from bench_attention import Library
+from bench_decode import HEAD_DIM, HEADS_KV, ROWS, decode_fns
+
+CALLS = 50
+
+
+def kernels_of(fn, calls: int):
+    """(period per call in us, {kernel name: (mean us, count)}, idle us per call)."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name)
+    if not spans:
+        return None
+    period = (spans[-1][1] - spans[0][0]) / calls
+    by_name = defaultdict(list)
+    busy, reach = 0.0, spans[0][0]
+    for start, end, name in spans:
+        by_name[name].append(end - start)
+        busy += max(0.0, end - max(start, reach))  # union of kernel intervals (overlaps count once)
+        reach = max(reach, end)
+    idle = ((spans[-1][1] - spans[0][0]) - busy) / calls
+    return period, {n: (statistics.mean(d), len(d)) for n, d in by_name.items()}, idle
+
+
+def ceilings() -> str:
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def median_ms(fn):
+        samples = []
+        for _ in range(21):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        return statistics.median(samples[1:])
+
+    nbytes = src.numel() * 4
+    copy = median_ms(lambda: dst.copy_(src))
+    read = median_ms(lambda: torch.sum(src))
+    return (f"ceilings: 1 GiB copy {2 * nbytes / copy / 1e9:.2f} TB/s (read + write), "
+            f"1 GiB fp32 sum {nbytes / read / 1e9:.2f} TB/s (read)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
+    parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS])
+    parser.add_argument("--columns", nargs="*", default=["contiguous", "page64", "cudnn"])
+    args = parser.parse_args()
+    lib = Library(args.artifact)
+    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; {ceilings()}\n")
+    print("| row | column | period per call | TB/s | idle per call | kernel | mean | calls |")
+    print("| --- " * 8 + "|")
+    for row in args.rows:
+        batch, kv_len = (int(part) for part in row.lower().split("x"))
+        nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
+        fns, _, _ = decode_fns(lib, batch, kv_len)
+        for column in args.columns:
+            result = kernels_of(fns[column], CALLS)
+            if result is None:
+                print(f"| {row} | {column} | no kernels recorded | | | | | |")
+                continue
+            period, kernels, idle = result
+            for i, (name, (mean, count)) in enumerate(sorted(kernels.items(), key=lambda kv: -kv[1][0])):
+                head = (f"| {row} | {column} | {period:.1f} us | {nbytes / period / 1e6:.2f} | {idle:.1f} us "
+                        if i == 0 else "| | | | | ")
+                print(f"{head}| {name[:70]} | {mean:.1f} us | {count} |")
+        del fns
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
