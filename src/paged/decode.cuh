@@ -6,11 +6,12 @@
 // Why our own: decode streams K and V once and does almost no math per byte, so its speed is
 // how well each SM keeps its share of HBM bandwidth busy. FlashInfer's prefill kernel, run with
 // 16-row tiles, waits for each K and V tile before it issues the next. Here a ring of cp.async
-// stages (K and V of 16 keys per warp) stays kStages - 1 stages ahead of the math, every warp
-// owns its own keys of a stage, so warps meet only at the one barrier per stage, and a thread's
-// page ids for the next stage are loaded a stage early, so a page lookup never stalls an issue.
-// (A version with one bulk copy per row through the TMA engine measured 1-4% slower:
-// docs/design/decode-plan.md.)
+// stages stays kStages - 1 stages ahead of the math, every warp owns its own keys of a stage, so
+// warps meet only at the one barrier per stage, and a thread's page ids for the next stage are
+// loaded a stage early, so a page lookup never stalls an issue. Two shapes (paged.h): short, 16
+// keys per warp at two CTAs per SM, and long, 32 keys per warp (two independent 16-key blocks
+// until the softmax) at one CTA per SM, for long chunks. Variants measured and dropped (TMA bulk
+// copies, a merge inside the kernel, L2 prefetch hints, 3 CTAs per SM): docs/design/decode-plan.md.
 #ifndef FAS_PAGED_DECODE_CUH
 #define FAS_PAGED_DECODE_CUH
 
@@ -28,24 +29,28 @@
 namespace fas_paged {
 namespace decode {
 
-template <int HeadDim>
+template <int HeadDim, bool Long>
 struct Shape {
     static constexpr int kWarps = HeadDim == 256 ? 2 : 4;
     static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kKeys = 16 * kWarps;  // keys per stage; each warp computes 16
+    static constexpr int kWarpKeys = Long ? 32 : 16;  // each warp's keys of a stage, in blocks of 16
+    static constexpr int kBlocks = kWarpKeys / 16;
+    static constexpr int kKeys = kWarpKeys * kWarps;  // keys per stage
     static constexpr int kRowBytes = HeadDim * 2;
     static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
     static constexpr int kTileBytes = kKeys * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
     static constexpr int kQBytes = 16 * kRowBytes;
-    // Two CTAs per SM, each with as many stages as fit in about half the SM's shared memory.
-    static constexpr int kBudget = 96 * 1024;
+    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes).
+    static constexpr int kCtasPerSm = Long ? 1 : 2;
+    static constexpr int kBudget = Long ? 200 * 1024 : 96 * 1024;
     static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
     static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes;
     static constexpr int kRowsPerPass = kThreads / kChunks;
     static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
     static_assert(kChunks >= 8, "the swizzle needs at least 8 chunks per row");
     static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
+    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long), "the planner's chunks are whole stages");
     // The epilogue reuses the stages for every warp's (m, l, O).
     static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
 };
@@ -79,9 +84,10 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const T* src, bool valid) {
         reinterpret_cast<T*>(dst), src, valid);
 }
 
-template <typename T, int HeadDim, bool Causal>
-__global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __grid_constant__ LaunchArgs a) {
-    using S = Shape<HeadDim>;
+template <typename T, int HeadDim, bool Causal, bool Long>
+__global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim, Long>::kCtasPerSm)
+    kernel(const __grid_constant__ LaunchArgs a) {
+    using S = Shape<HeadDim, Long>;
     constexpr int kDimBlocks = HeadDim / 8;  // n8 blocks of the output
     constexpr float kLog2e = 1.4426950408889634f;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -97,6 +103,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
     const int page_begin = a.page_indptr[request];
     const int pages = a.page_indptr[request + 1] - page_begin;
     const int page_size = a.page_size;
+    const int page_shift = __popc(page_size) == 1 ? __ffs(page_size) - 1 : -1;
     const int kv_len = pages == 0 ? 0 : (pages - 1) * page_size + a.last_page_len[request];
     const int chunk = a.split ? a.kv_chunk_size[0] : kv_len;
     const int kv_begin = a.split ? min(kv_tile * chunk, kv_len) : 0;
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
 #pragma unroll
         for (int p = 0; p < S::kPasses; ++p) {
             const int key = kv_begin + stage * S::kKeys + first_row + p * S::kRowsPerPass;
-            page_of_row[p] = key < kv_end ? page_ids[key / page_size] : 0;
+            page_of_row[p] = key < kv_end ? page_ids[page_shift >= 0 ? key >> page_shift : key / page_size] : 0;
         }
     };
     const auto issue = [&](int stage) {
@@ -146,7 +153,8 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
                 const int row = first_row + p * S::kRowsPerPass;
                 const int key = kv_begin + stage * S::kKeys + row;
                 const bool valid = key < kv_end;
-                const int64_t page = page_of_row[p], in_page = valid ? key % page_size : 0;
+                const int64_t page = page_of_row[p];
+                const int in_page = !valid ? 0 : page_shift >= 0 ? key & (page_size - 1) : key % page_size;
                 copy16(k_tile + swizzle<HeadDim>(row, column), k_base + page * a.k_page_stride + in_page * a.k_row_stride,
                        valid);
                 copy16(v_tile + swizzle<HeadDim>(row, column), v_base + page * a.v_page_stride + in_page * a.v_row_stride,
@@ -198,34 +206,44 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
 
         uint8_t* const k_tile = stage_smem + (it % S::kStages) * S::kStageBytes;
         uint8_t* const v_tile = k_tile + S::kTileBytes;
-        const int key0 = warp * 16;  // this warp's keys within the stage
+        const int key0 = warp * S::kWarpKeys;  // this warp's keys within the stage
 
-        float s[2][4] = {};
+        float s[S::kBlocks][2][4] = {};  // [16-key block][keys 0-7, 8-15][mma accumulator]
 #pragma unroll
         for (int step = 0; step < HeadDim / 16; ++step) {
-            uint32_t k_frag[4];
-            const int m8 = lane / 8;
-            mma::ldmatrix_m8n8x4(
-                k_frag, reinterpret_cast<T*>(k_tile + swizzle<HeadDim>(key0 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2)));
             uint32_t(&q_step)[4] = q_frag[kQInRegisters ? step : 0];
             if constexpr (!kQInRegisters) mma::ldmatrix_m8n8x4(q_step, q_address(step));
-            mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[0][0], q_step, k_frag);  // keys 0-7 and 8-15
+#pragma unroll
+            for (int b = 0; b < S::kBlocks; ++b) {
+                uint32_t k_frag[4];
+                const int m8 = lane / 8;
+                mma::ldmatrix_m8n8x4(k_frag, reinterpret_cast<T*>(k_tile + swizzle<HeadDim>(
+                                                 key0 + b * 16 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2)));
+                mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_step, k_frag);  // keys 0-7 and 8-15
+            }
         }
         const int stage_key = kv_begin + it * S::kKeys + key0;
-        if (stage_key + 15 > tile_last_key) {  // some key of this warp is past a row's end
+        if (stage_key + S::kWarpKeys - 1 > tile_last_key) {  // some key of this warp is past a row's end
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
+            for (int b = 0; b < S::kBlocks; ++b) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = stage_key + n * 8 + 2 * t + (e & 1);
-                    if (key > last_key[e / 2]) s[n][e] = -INFINITY;
+                for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = stage_key + b * 16 + n * 8 + 2 * t + (e & 1);
+                        if (key > last_key[e / 2]) s[b][n][e] = -INFINITY;
+                    }
                 }
             }
         }
         // Online softmax in the log2 domain, per row j (g, g + 8).
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            float top = fmaxf(fmaxf(s[0][2 * j], s[0][2 * j + 1]), fmaxf(s[1][2 * j], s[1][2 * j + 1]));
+            float top = -INFINITY;
+#pragma unroll
+            for (int b = 0; b < S::kBlocks; ++b) {
+                top = fmaxf(top, fmaxf(fmaxf(s[b][0][2 * j], s[b][0][2 * j + 1]), fmaxf(s[b][1][2 * j], s[b][1][2 * j + 1])));
+            }
             top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, 1));
             top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, 2));
             const float m_new = fmaxf(m[j], top * scale_log2);
@@ -234,12 +252,15 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
             m[j] = m_new;
             l[j] *= correction;
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
+            for (int b = 0; b < S::kBlocks; ++b) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float p = exp2f(s[n][2 * j + e] * scale_log2 - base);
-                    s[n][2 * j + e] = p;
-                    l[j] += p;
+                for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float p = exp2f(s[b][n][2 * j + e] * scale_log2 - base);
+                        s[b][n][2 * j + e] = p;
+                        l[j] += p;
+                    }
                 }
             }
 #pragma unroll
@@ -248,16 +269,20 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
                 o[d][2 * j + 1] *= correction;
             }
         }
-        // P (16 x 16 keys) as the A operand; V (16 keys x HeadDim) through transposing ldmatrix.
-        uint32_t p_frag[4] = {pack<T>(s[0][0], s[0][1]), pack<T>(s[0][2], s[0][3]), pack<T>(s[1][0], s[1][1]),
-                              pack<T>(s[1][2], s[1][3])};
+        // P (16 rows x 16 keys per block) as the A operand; V (16 keys x HeadDim) through
+        // transposing ldmatrix.
 #pragma unroll
-        for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
-            uint32_t v_frag[4];
-            const int m8 = lane / 8;
-            mma::ldmatrix_m8n8x4_trans(
-                v_frag, reinterpret_cast<T*>(v_tile + swizzle<HeadDim>(key0 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2)));
-            mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * pair][0], p_frag, v_frag);  // dims of 2 blocks
+        for (int b = 0; b < S::kBlocks; ++b) {
+            uint32_t p_frag[4] = {pack<T>(s[b][0][0], s[b][0][1]), pack<T>(s[b][0][2], s[b][0][3]),
+                                  pack<T>(s[b][1][0], s[b][1][1]), pack<T>(s[b][1][2], s[b][1][3])};
+#pragma unroll
+            for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
+                uint32_t v_frag[4];
+                const int m8 = lane / 8;
+                mma::ldmatrix_m8n8x4_trans(v_frag, reinterpret_cast<T*>(v_tile + swizzle<HeadDim>(
+                                                       key0 + b * 16 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2)));
+                mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * pair][0], p_frag, v_frag);  // dims of 2 blocks
+            }
         }
     }
 
@@ -336,33 +361,48 @@ __global__ void __launch_bounds__(Shape<HeadDim>::kThreads, 2) kernel(const __gr
 
 }  // namespace decode
 
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int HeadDim, bool Causal, bool Long>
 struct DecodeTraits {
-    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     using T = typename Element<Dtype>::type;
-    using Shape = decode::Shape<HeadDim>;
-    static constexpr auto kernel = decode::kernel<T, HeadDim, Causal>;
+    using Shape = decode::Shape<HeadDim, Long>;
+    static constexpr auto kernel = decode::kernel<T, HeadDim, Causal, Long>;
+
+    static cudaError_t occupancy(int* ctas_per_sm) {
+        const cudaError_t error =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
+        if (error != cudaSuccess) return error;
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, Shape::kThreads, Shape::kSmemBytes);
+    }
+    static cudaError_t launch(const LaunchArgs& a, cudaStream_t stream) {
+        const dim3 grid(static_cast<unsigned>(a.num_ctas) * a.num_heads_k);  // the plan bounds it
+        return launch_overlapped(kernel, grid, dim3(Shape::kThreads), Shape::kSmemBytes, stream, a);
+    }
 };
 
-// Called at plan creation on the plan's device (opts the kernel into its shared memory there).
+// Called at plan creation on the plan's device (opts both shapes into their shared memory there).
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_decode(int* ctas_per_sm) {
-    using Traits = DecodeTraits<Dtype, HeadDim, Causal, TileQ>;
-    cudaError_t error = cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             Traits::Shape::kSmemBytes);
-    if (error != cudaSuccess) return error;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, Traits::kernel, Traits::Shape::kThreads,
-                                                         Traits::Shape::kSmemBytes);
+    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
+    if constexpr (has_long_decode(HeadDim, TileQ)) {
+        int long_ctas = 0;
+        const cudaError_t error = DecodeTraits<Dtype, HeadDim, Causal, true>::occupancy(&long_ctas);
+        if (error != cudaSuccess) return error;
+        if (long_ctas < 1) return cudaErrorInvalidConfiguration;  // the long shape's ring must fit an SM
+    }
+    return DecodeTraits<Dtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
 }
 
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
-    using Traits = DecodeTraits<Dtype, HeadDim, Causal, TileQ>;
-    const dim3 grid(static_cast<unsigned>(a.num_ctas) * a.num_heads_k);  // the plan bounds it
-    const cudaError_t error =
-        launch_overlapped(Traits::kernel, grid, dim3(Traits::Shape::kThreads), Traits::Shape::kSmemBytes, stream, a);
+    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
+    cudaError_t error = cudaErrorInvalidValue;  // a long-shape plan for a head dim without one
+    if (!a.long_shape) {
+        error = DecodeTraits<Dtype, HeadDim, Causal, false>::launch(a, stream);
+    } else if constexpr (has_long_decode(HeadDim, TileQ)) {
+        error = DecodeTraits<Dtype, HeadDim, Causal, true>::launch(a, stream);
+    }
     if (error != cudaSuccess || !a.split) return error;
-    return launch_merge<float, typename Traits::T, HeadDim>(a, stream);
+    return launch_merge<float, typename Element<Dtype>::type, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

@@ -49,11 +49,13 @@ struct LaunchArgs {
     int merge_rows;               // rows of out from first_row on
     int first_row;                // cu_seqlens_q[0]
     int sm_count;
+    bool long_shape;              // the decode kernel's long shape (has_long_decode)
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
-// CTAs per SM on the current device; also opts the kernel into its dynamic shared memory there
-// (a per-device attribute), which is why plan creation calls it before any of the plan's runs.
+// CTAs per SM on the current device (the decode kernel's short shape; its long shape runs one);
+// also opts the kernels into their dynamic shared memory there (a per-device attribute), which is
+// why plan creation calls it before any of the plan's runs.
 using OccupancyFn = cudaError_t (*)(int* ctas_per_sm);
 
 // Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype is a
@@ -63,10 +65,18 @@ cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_paged(int* ctas_per_sm);
 
+// The decode kernel (16-row tiles) has two shapes, chosen per plan. Short: two CTAs per SM, each
+// warp 16 keys of a 64-key stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each
+// warp 32 keys of a 128-key stage in a 200 KiB ring; it streams a long chunk faster but has no
+// second CTA to hide its start, so plans whose CTAs average kLongDecodeMinKeys keys or more use it
+// (measured on the H100: docs/design/decode-plan.md, "Two shapes").
+constexpr bool has_long_decode(int head_dim, int tile_q) { return tile_q == 16 && head_dim == 128; }
+constexpr int kLongDecodeMinKeys = 2048;
+
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
 // 16-row tiles, launch.cuh's KV tile for 64-row ones.
-constexpr int kv_tile_rows(int head_dim, int tile_q) {
-    return tile_q == 16 ? (head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
+constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false) {
+    return tile_q == 16 ? (long_shape ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
 }
 
 // Bytes per element of a split plan's partial rows: the decode kernel (16-row tiles) writes

@@ -28,6 +28,7 @@ struct HostSchedule {
     int32_t chunk = 0;
     int max_chunks = 1;
     int64_t partial_rows = 0;  // rows of the partial buffers (split plans)
+    int64_t cta_keys = 0;      // keys over all CTAs of one KV head (for the mean per CTA)
 };
 
 // Splits each sequence's KV into chunks of `chunk` keys (a multiple of the kernel's KV tile) when
@@ -50,7 +51,8 @@ int32_t choose_chunk(const std::vector<int64_t>& qo_tiles, const std::vector<int
     return high * kv_tile >= longest ? 0 : static_cast<int32_t>(high * kv_tile);
 }
 
-void build_schedule(const fas::Layout& layout, const PlanRequest& request, int tile_q, int64_t wave, HostSchedule* s) {
+void build_schedule(const fas::Layout& layout, const PlanRequest& request, int tile_q, int kv_tile, int64_t wave,
+                    HostSchedule* s) {
     const int batch = request.batch_size;
     const int group = layout.num_heads_q / layout.num_heads_k;
     std::vector<int32_t> kv_len(batch);
@@ -74,7 +76,6 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
         }
     }
 
-    const int kv_tile = kv_tile_rows(layout.head_dim, tile_q);
     s->chunk = choose_chunk(qo_tiles, kv_len, layout.num_heads_k, wave, kv_tile);
     const bool split = s->chunk > 0;
     std::vector<int32_t> chunks(batch, 1);
@@ -92,6 +93,7 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
                 s->request.push_back(i);
                 s->qo_tile.push_back(static_cast<int32_t>(t));
                 s->kv_tile.push_back(c);
+                s->cta_keys += split ? std::min<int64_t>(s->chunk, kv_len[i] - int64_t{c} * s->chunk) : kv_len[i];
             }
         }
     }
@@ -137,9 +139,19 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count;
 
+    // The decode kernel's long shape (one CTA per SM) when its CTAs would be long enough.
     HostSchedule s;
+    bool long_shape = false;
     try {
-        build_schedule(layout, request, kernel->tile_q, wave, &s);
+        if (has_long_decode(layout.head_dim, kernel->tile_q)) {
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true),
+                           device.sm_count, &s);
+            long_shape = s.cta_keys >= int64_t{kLongDecodeMinKeys} * static_cast<int64_t>(s.request.size());
+        }
+        if (!long_shape) {
+            s = HostSchedule();
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q), wave, &s);
+        }
     } catch (const std::bad_alloc&) {
         return fail(FAS_ERROR_INTERNAL, "out of host memory while planning the paged kernels' work");
     }
@@ -210,6 +222,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.first_row = request.cu_seqlens_q[0];
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;
+    a.long_shape = long_shape;
     if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
 
     plan->kernel = kernel;

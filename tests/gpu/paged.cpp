@@ -268,6 +268,11 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
             cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
                              std::vector<int>(300, 1500)});
+            if (head_dim == 128) {  // CTAs of 2048+ keys: the decode kernel's long shape (paged.h)
+                cases.push_back({"paged-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                                 std::vector<int>(40, 4100)});
+                cases.push_back({"paged-decode-long-split", 16, 2, head_dim, true, 64, {1, 1}, {70000, 65000}, true});
+            }
         }
     }
     uint64_t seed = 7000 + static_cast<uint64_t>(dtype);
