@@ -146,7 +146,7 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, 1 query\n")
     print("| batch x KV | KV bytes | ours contiguous | TB/s | paged 16 | TB/s | paged 64 | TB/s | cuDNN | TB/s "
-          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs | max err "
+          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs, CTAs per SM | max err "
           "| paged 1 | paged 1 / contiguous |")
     print("| --- " * 18 + "|")
     for batch, kv_len in rows:
@@ -161,7 +161,7 @@ def main() -> None:
         plan_share = f"{(step - layers) / layers * 100:.1f}%" if isinstance(step, float) and isinstance(layers, float) else "n/a"
         print(f"| {batch} x {kv_len // 1024}k | {nbytes / 1e6:.0f} MB | {us(ours)} | {tbps(nbytes, ours)} | {us(page16)} "
               f"| {tbps(nbytes, page16)} | {us(page64)} | {tbps(nbytes, page64)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
-              f"| {us(t.get('flash'))} | {vs_cudnn} | {vs_contig} | {plan_share} | {info.kv_splits} x {info.num_ctas} "
+              f"| {us(t.get('flash'))} | {vs_cudnn} | {vs_contig} | {plan_share} | {info.kv_splits} x {info.num_ctas}, {info.ctas_per_sm}/SM "
               f"| {row['error']:.1e} | {us(page1)} | {page1_vs} |", flush=True)
         del row
         torch.cuda.empty_cache()

@@ -161,7 +161,7 @@ class PlanInfo(_Sized):
         ("total_k", ctypes.c_int), ("device", ctypes.c_int), ("device_bytes", ctypes.c_size_t),
         ("sm90_unused_reason", ctypes.c_char_p),
         ("kv_splits", ctypes.c_int), ("packed_gqa", ctypes.c_int), ("query_tile_rows", ctypes.c_int),
-        ("num_ctas", ctypes.c_int), ("total_pages", ctypes.c_int),
+        ("num_ctas", ctypes.c_int), ("total_pages", ctypes.c_int), ("ctas_per_sm", ctypes.c_int),
     ]
 
 

@@ -341,6 +341,7 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
         filled.query_tile_rows = paged.kernel->tile_q;
         filled.num_ctas = paged.args.num_ctas;
         filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
+        filled.ctas_per_sm = paged.ctas_per_sm;
     }
     std::memcpy(info, &filled, caller_size);
     return FAS_SUCCESS;

@@ -239,6 +239,9 @@ typedef struct fas_plan_info {
     int num_ctas;         /* paged family: CTAs of the attention launch */
     int total_pages;      /* paged family: entries of fas_plan_run_args.page_indices (0 for a
                            * contiguous-KV plan, whose pages the plan lists itself) */
+    int ctas_per_sm;      /* paged family: CTAs per SM the attention launch is planned for; the
+                           * decode kernel (16-row tiles) runs 1 for long KV chunks (CTAs averaging
+                           * 2048+ keys, head dim 128), else 2 */
 } fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */

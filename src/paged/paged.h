@@ -121,6 +121,7 @@ struct Plan {
     int total_q = 0;
     int total_pages = 0;
     int kv_splits = 1;
+    int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
     int group = 1;
 
     Plan() = default;

@@ -20,6 +20,7 @@ struct PagedCase {
     int page_size;
     std::vector<int> seqlens_q, seqlens_k;
     bool expect_split = false;
+    int expect_ctas_per_sm = 0;  // the decode kernel's shape (fas_plan_info.ctas_per_sm); 0: either
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -108,7 +109,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     const std::string plan_detail = std::string(" plan=") + info.family_name + "/hd" +
                                     std::to_string(info.kernel_head_dim) + " tile=" +
                                     std::to_string(info.query_tile_rows) + " splits=" + std::to_string(info.kv_splits) +
-                                    " ctas=" + std::to_string(info.num_ctas) + " pages=" + std::to_string(info.total_pages);
+                                    " ctas=" + std::to_string(info.num_ctas) + " ctas/sm=" + std::to_string(info.ctas_per_sm) +
+                                    " pages=" + std::to_string(info.total_pages);
     int queried_tile = 0;
     const fas_status queried =
         fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0,
@@ -116,6 +118,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                                 &queried_tile);
     if (info.family != FAS_FAMILY_PAGED || info.total_pages != total_pages || info.packed_gqa != c.heads_q / c.heads_kv ||
         (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
+        (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
         queried_tile != info.query_tile_rows) {
         fas_plan_destroy(plan);
         return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
@@ -267,11 +270,11 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back({"paged-chunked-prefill", 16, 2, head_dim, true, 16, {512, 100}, {4096, 100}});
             cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
             cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
-                             std::vector<int>(300, 1500)});
+                             std::vector<int>(300, 1500), false, 2});
             if (head_dim == 128) {  // CTAs of 2048+ keys: the decode kernel's long shape (paged.h)
                 cases.push_back({"paged-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
-                                 std::vector<int>(40, 4100)});
-                cases.push_back({"paged-decode-long-split", 16, 2, head_dim, true, 64, {1, 1}, {70000, 65000}, true});
+                                 std::vector<int>(40, 4100), false, 1});
+                cases.push_back({"paged-decode-long-split", 16, 2, head_dim, true, 64, {1, 1}, {70000, 65000}, true, 1});
             }
         }
     }
