@@ -46,7 +46,8 @@ def docker_client():
 
 class ToolchainContainer:
     def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None,
-                 writable_mounts: list[Path] | None = None, environment: dict[str, str] | None = None):
+                 writable_mounts: list[Path] | None = None, environment: dict[str, str] | None = None,
+                 network: str = "none"):
         self.client = client
         self.image = image
         self.repo_root = repo_root.resolve()
@@ -56,6 +57,8 @@ class ToolchainContainer:
         self.writable_mounts = self._outside_clone(writable_mounts)
         # Every command's environment besides HOME and TMPDIR (host paths, translated).
         self.environment = {name: self.inside(value) for name, value in (environment or {}).items()}
+        # "none" unless the build names a remote cache ("host": sccache reaches it as the host would).
+        self.network = network
         self._container = None
 
     def __enter__(self) -> "ToolchainContainer":
@@ -67,7 +70,7 @@ class ToolchainContainer:
             name=self.name,
             detach=True,
             init=True,
-            network_mode="none",  # compiling needs no network; nothing may leak in or out
+            network_mode=self.network,  # compiling needs none; nothing may leak in or out
             volumes={str(self.repo_root): {"bind": MOUNT_POINT, "mode": "rw"},
                      **{str(p): {"bind": str(p), "mode": "ro"} for p in self.extra_mounts},
                      **{str(p): {"bind": str(p), "mode": "rw"} for p in self.writable_mounts}},

