@@ -30,6 +30,9 @@ from .errors import ConfigError
 
 PIN = "sccache"
 DEFAULT_DIR = "sccache"  # under the build folder
+# The server's socket, in the container's own /tmp: on the host network a TCP port would be
+# shared by every build on the host, and one build's client could reach another's server.
+SERVER_SOCKET = "/tmp/flashbuild-sccache.sock"
 REDIS = "SCCACHE_REDIS_ENDPOINT"  # the remote cache this route supports
 # Other sccache settings that name a remote store or a build cluster (sccache's documented variables)
 REMOTE_SETTINGS = ("SCCACHE_REDIS", "SCCACHE_REDIS_CLUSTER_ENDPOINTS", "SCCACHE_BUCKET",
@@ -78,6 +81,7 @@ def settings(build_root: Path, environ: dict | None = None) -> dict:
     chosen = {name: value for name, value in environ.items() if name.startswith("SCCACHE_")}
     chosen["SCCACHE_DIR"] = str(Path(given or build_root / DEFAULT_DIR).resolve())
     chosen.setdefault("SCCACHE_IDLE_TIMEOUT", "0")  # the server lives as long as the container
+    chosen["SCCACHE_SERVER_UDS"] = SERVER_SOCKET
     return chosen
 
 

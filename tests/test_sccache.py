@@ -27,6 +27,13 @@ def test_a_redis_endpoint_is_passed_through_and_puts_the_container_on_the_host_n
     assert route(chosen).network == "host"
 
 
+def test_the_server_listens_on_a_socket_in_the_container_not_on_a_port_other_builds_share(tmp_path):
+    for given in ({}, {"SCCACHE_REDIS_ENDPOINT": "redis://127.0.0.1:6390"}, {"SCCACHE_SERVER_PORT": "4226"}):
+        chosen = sccache.settings(tmp_path, given)
+        assert chosen["SCCACHE_SERVER_UDS"] == sccache.SERVER_SOCKET
+        assert chosen["SCCACHE_SERVER_UDS"].startswith("/tmp/")  # the container's own /tmp"
+
+
 @pytest.mark.parametrize("value", ["127.0.0.1:6379", "http://cache:6379", "localhost"])
 def test_a_redis_endpoint_that_is_not_a_redis_url_is_refused_with_an_example(tmp_path, value):
     with pytest.raises(ConfigError) as error:
