@@ -96,8 +96,10 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
     budget = make_budget(int(reserve_gb * GIB), jobs)
+    cache_settings = sccache.settings(paths.build) if use_sccache else None  # checked in a dry run too
     console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
     if dry_run:
+        console.print(sccache.describe(cache_settings, paths.build / "objects"))
         return []
     stale = stale_files(config.matrices.values(), paths.kernels)
     if stale:
@@ -106,7 +108,6 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     client = docker_client()  # before the downloads: no engine should cost no fetch
-    cache_settings = sccache.settings(paths.build) if use_sccache else None
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings) if use_sccache else None

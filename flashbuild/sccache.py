@@ -85,6 +85,16 @@ def settings(build_root: Path, environ: dict | None = None) -> dict:
     return chosen
 
 
+def describe(chosen: dict | None, objects: Path) -> str:
+    """Where the TUs compile and which caches they are looked up in, for the dry run."""
+    where = f"compiles: every TU on this machine, in the toolchain container; caches: {objects} (objects by key)"
+    if chosen is None:
+        return where + ", then none (no --sccache)"
+    if chosen.get(REDIS):
+        return where + f", then sccache's Redis server {chosen[REDIS]} (the container on the host network)"
+    return where + f", then sccache's folder {chosen['SCCACHE_DIR']}"
+
+
 def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
     """The route from the fetched pin and `settings(...)`."""
     cache_dir = Path(chosen["SCCACHE_DIR"])

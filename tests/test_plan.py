@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -105,5 +106,20 @@ def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):
     assert "sm90_prefill_hdim64_fp16_sm90" in out
     assert "fa2_fwd_hdim128_bf16_causal_sm90" in out
     assert "budget:" in out and "concurrency: up to" in out
+    assert "compiles: every TU on this machine" in out and "then none (no --sccache)" in out
     after = sorted(p.name for p in (repo / "artifacts").glob("*")) if (repo / "artifacts").exists() else []
     assert before == after
+
+
+def test_a_dry_run_with_sccache_names_the_redis_cache_and_refuses_a_bad_endpoint(repo):
+    def dry_run(endpoint):
+        environment = {**os.environ, "SCCACHE_REDIS_ENDPOINT": endpoint}
+        return subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--dry-run", "--sccache"],
+                              cwd=repo, env=environment, capture_output=True, text=True)
+
+    good = dry_run("redis://127.0.0.1:6379")
+    assert good.returncode == 0, good.stderr
+    assert "then sccache's Redis server redis://127.0.0.1:6379" in good.stdout
+    bad = dry_run("127.0.0.1:6379")
+    assert bad.returncode != 0 and "is not a Redis URL" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stdout + bad.stderr

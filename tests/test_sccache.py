@@ -52,3 +52,12 @@ def test_a_relative_sccache_dir_is_refused(tmp_path):
     with pytest.raises(ConfigError) as error:
         sccache.settings(tmp_path, {"SCCACHE_DIR": "cache"})
     assert "absolute" in str(error.value)
+
+
+def test_the_dry_run_names_where_tus_compile_and_each_cache_in_lookup_order(tmp_path):
+    objects = tmp_path / "objects"
+    assert sccache.describe(None, objects).endswith(f"{objects} (objects by key), then none (no --sccache)")
+    folder = sccache.settings(tmp_path, {"SCCACHE_DIR": "/shared/cache"})
+    assert sccache.describe(folder, objects).endswith("then sccache's folder /shared/cache")
+    redis = sccache.settings(tmp_path, {"SCCACHE_REDIS_ENDPOINT": "redis://10.0.0.5:6379"})
+    assert "Redis server redis://10.0.0.5:6379 (the container on the host network)" in sccache.describe(redis, objects)
