@@ -146,7 +146,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
         if (has_long_decode(layout.head_dim, kernel->tile_q)) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true),
                            device.sm_count, &s);
-            long_shape = s.cta_keys >= int64_t{kLongDecodeMinKeys} * static_cast<int64_t>(s.request.size());
+            long_shape = !s.request.empty() &&
+                         s.cta_keys >= int64_t{kLongDecodeMinKeys} * static_cast<int64_t>(s.request.size());
         }
         if (!long_shape) {
             s = HostSchedule();
