@@ -379,17 +379,16 @@ struct DecodeTraits {
     }
 };
 
-// Called at plan creation on the plan's device (opts both shapes into their shared memory there).
+// Called at plan creation on the plan's device (opts the shape into its shared memory there).
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy_decode(int* ctas_per_sm) {
+cudaError_t occupancy_decode(bool long_shape, int* ctas_per_sm) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
+    if (!long_shape) return DecodeTraits<Dtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
     if constexpr (has_long_decode(HeadDim, TileQ)) {
-        int long_ctas = 0;
-        const cudaError_t error = DecodeTraits<Dtype, HeadDim, Causal, true>::occupancy(&long_ctas);
-        if (error != cudaSuccess) return error;
-        if (long_ctas < 1) return cudaErrorInvalidConfiguration;  // the long shape's ring must fit an SM
+        return DecodeTraits<Dtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
     }
-    return DecodeTraits<Dtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
+    *ctas_per_sm = 0;
+    return cudaSuccess;
 }
 
 template <int Dtype, int HeadDim, bool Causal, int TileQ>

@@ -44,8 +44,12 @@ struct PagedTraits {
 // kernel into its dynamic shared memory there (a per-device function attribute), so that runs
 // need not.
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy(int* ctas_per_sm) {
+cudaError_t occupancy(bool long_shape, int* ctas_per_sm) {
     using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
+    if (long_shape) {  // only the decode kernel has one
+        *ctas_per_sm = 0;
+        return cudaSuccess;
+    }
     cudaError_t error =
         cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
     if (error != cudaSuccess) return error;

@@ -53,23 +53,24 @@ struct LaunchArgs {
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
-// CTAs per SM on the current device (the decode kernel's short shape; its long shape runs one);
-// also opts the kernels into their dynamic shared memory there (a per-device attribute), which is
-// why plan creation calls it before any of the plan's runs.
-using OccupancyFn = cudaError_t (*)(int* ctas_per_sm);
+// CTAs per SM on the current device of the kernel's short or long shape (0: it has no long
+// shape); also opts that kernel into its dynamic shared memory there (a per-device attribute),
+// which is why plan creation calls it before any of the plan's runs.
+using OccupancyFn = cudaError_t (*)(bool long_shape, int* ctas_per_sm);
 
 // Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype is a
 // fas_dtype value.
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
 template <int Dtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy_paged(int* ctas_per_sm);
+cudaError_t occupancy_paged(bool long_shape, int* ctas_per_sm);
 
 // The decode kernel (16-row tiles) has two shapes, chosen per plan. Short: two CTAs per SM, each
 // warp 16 keys of a 64-key stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each
 // warp 32 keys of a 128-key stage in a 200 KiB ring; it streams a long chunk faster but has no
 // second CTA to hide its start, so plans whose CTAs average kLongDecodeMinKeys keys or more use it
-// (measured on the H100: docs/design/decode-plan.md, "Two shapes").
+// (measured on the H100: docs/design/decode-plan.md, "Two shapes"). The planner learns whether a
+// kernel has a long shape, and its CTAs per SM, from OccupancyFn.
 constexpr bool has_long_decode(int head_dim, int tile_q) { return tile_q == 16 && head_dim == 128; }
 constexpr int kLongDecodeMinKeys = 2048;
 

@@ -134,24 +134,26 @@ int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size) {
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
-    int ctas_per_sm = 0;
-    cudaError_t error = kernel->occupancy(&ctas_per_sm);
+    int short_ctas = 0, long_ctas = 0;  // per SM; long_ctas 0: the kernel has no long shape
+    cudaError_t error = kernel->occupancy(false, &short_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(true, &long_ctas);
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
-    const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count;
+    const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
-    // The decode kernel's long shape (one CTA per SM) when its CTAs would be long enough.
+    // The decode kernel's long shape when its CTAs would be long enough, else the short one.
     HostSchedule s;
     bool long_shape = false;
     try {
-        if (has_long_decode(layout.head_dim, kernel->tile_q)) {
+        if (long_ctas > 0) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true),
-                           device.sm_count, &s);
+                           wave(long_ctas), &s);
             long_shape = !s.request.empty() &&
                          s.cta_keys >= int64_t{kLongDecodeMinKeys} * static_cast<int64_t>(s.request.size());
         }
         if (!long_shape) {
             s = HostSchedule();
-            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q), wave, &s);
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q),
+                           wave(short_ctas), &s);
         }
     } catch (const std::bad_alloc&) {
         return fail(FAS_ERROR_INTERNAL, "out of host memory while planning the paged kernels' work");
@@ -231,7 +233,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
-    plan->ctas_per_sm = long_shape ? 1 : std::max(ctas_per_sm, 1);
+    plan->ctas_per_sm = long_shape ? long_ctas : std::max(short_ctas, 1);
     plan->group = layout.num_heads_q / layout.num_heads_k;
     *out = std::move(plan);
     return FAS_SUCCESS;

@@ -9,7 +9,7 @@
     template <>                                                                                          \
     cudaError_t launch_paged<DtypeEnum, HeadDim, IsCausal, TileQ>(const LaunchArgs&, cudaStream_t);      \
     template <>                                                                                          \
-    cudaError_t occupancy_paged<DtypeEnum, HeadDim, IsCausal, TileQ>(int*);                              \
+    cudaError_t occupancy_paged<DtypeEnum, HeadDim, IsCausal, TileQ>(bool, int*);                        \
     }
 #include "kernel_registry.inc"
 
