@@ -111,9 +111,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings) if use_sccache else None
-    if route and route.network != "none":
-        log(f"sccache: remote cache {route.environment[sccache.REDIS]}; the compile container runs on the "
-            f"{route.network} network")
+    if route:
+        log(f"compiling through {sccache.cache_name(route.environment)}")
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:

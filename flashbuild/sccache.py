@@ -85,14 +85,17 @@ def settings(build_root: Path, environ: dict | None = None) -> dict:
     return chosen
 
 
+def cache_name(chosen: dict) -> str:
+    """The cache `settings(...)` chose, as the build log and the dry run name it."""
+    if chosen.get(REDIS):
+        return f"sccache's Redis server {chosen[REDIS]} (the container on the host network)"
+    return f"sccache's folder {chosen['SCCACHE_DIR']}"
+
+
 def describe(chosen: dict | None, objects: Path) -> str:
     """Where the TUs compile and which caches they are looked up in, for the dry run."""
     where = f"compiles: every TU on this machine, in the toolchain container; caches: {objects} (objects by key)"
-    if chosen is None:
-        return where + ", then none (no --sccache)"
-    if chosen.get(REDIS):
-        return where + f", then sccache's Redis server {chosen[REDIS]} (the container on the host network)"
-    return where + f", then sccache's folder {chosen['SCCACHE_DIR']}"
+    return where + (", then none (no --sccache)" if chosen is None else f", then {cache_name(chosen)}")
 
 
 def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
