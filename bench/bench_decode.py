@@ -55,6 +55,34 @@ def plan_runner(lib: Library, args: PlanArgs, run: PlanRunArgs):
     return reused, step, layers, info
 
 
+def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
+    """(plan args, run args) of a causal plan over a paged copy of k, v [batch, kv_len, Hk, D]:
+    pages of `page` keys in shuffled order; q, out are [batch, queries, Hq, D]. The run args hold
+    the cache tensors (keepalive)."""
+    batch, kv_len, heads_kv, head_dim = k.shape
+    pages_per_seq = (kv_len + page - 1) // page
+    num_pages = batch * pages_per_seq
+    ids = torch.randperm(num_pages, device=k.device, dtype=torch.int64).to(torch.int32)
+    caches = []
+    for source in (k, v):
+        padded = torch.zeros(batch, pages_per_seq * page, heads_kv, head_dim, device=k.device, dtype=k.dtype)
+        padded[:, :kv_len] = source
+        cache = torch.empty(num_pages, page, heads_kv, head_dim, device=k.device, dtype=k.dtype)
+        cache[ids.long()] = padded.reshape(num_pages, page, heads_kv, head_dim)
+        caches.append(cache)
+    args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=q.shape[2],
+                        num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream, disable_sm90=disable_sm90,
+                        kv_layout=KvLayout.PAGED, page_size=page, num_pages=num_pages)
+    args.keep_q = fas_ctypes.offsets([q.shape[1]] * batch)
+    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
+    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
+    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
+    run = PlanRunArgs.new(q=q.data_ptr(), k=caches[0].data_ptr(), v=caches[1].data_ptr(), out=out.data_ptr(),
+                          stream=stream, page_indices=ids.data_ptr())
+    run.keepalive = (*caches, ids)
+    return args, run
+
+
 def decode_fns(lib: Library, batch: int, kv_len: int):
     """(callables by column name, plan infos, check): the library on contiguous KV and on paged
     caches of pages 1/16/64, one planning step, SDPA cuDNN/flash; check() runs the library once
@@ -80,24 +108,8 @@ def decode_fns(lib: Library, batch: int, kv_len: int):
 
     # Paged caches: the same keys, pages of `page` in shuffled order.
     for page in (1, 16, 64):
-        pages_per_seq = (kv_len + page - 1) // page
-        num_pages = batch * pages_per_seq
-        ids = torch.randperm(num_pages, device=dev, dtype=torch.int64).to(torch.int32)
-        k_cache = torch.empty(num_pages, page, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
-        v_cache = torch.empty_like(k_cache)
-        k_cache[ids.long()] = k.reshape(num_pages, page, HEADS_KV, HEAD_DIM)
-        v_cache[ids.long()] = v.reshape(num_pages, page, HEADS_KV, HEAD_DIM)
-        paged = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
-                             num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream,
-                             kv_layout=KvLayout.PAGED, page_size=page, num_pages=num_pages)
-        paged.keep_q = args.keep_q
-        paged.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-        paged.cu_seqlens_q = args.cu_seqlens_q
-        paged.kv_lengths = ctypes.cast(paged.keep_len, ctypes.c_void_p)
-        paged_run = PlanRunArgs.new(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(),
-                                    stream=stream, page_indices=ids.data_ptr())
+        paged, paged_run = paged_plan(q, k, v, out, page, stream)
         reused, _, _, info = plan_runner(lib, paged, paged_run)
-        reused.tensors = (k_cache, v_cache, ids)
         fns[f"page{page}"], infos[f"page{page}"] = reused, info
 
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

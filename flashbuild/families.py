@@ -188,6 +188,39 @@ def _sm90_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged<{_sm90_template_args(tu)}>"
 
 
+def _sm90_paged_template_args(tu) -> str:
+    """<Dtype, HeadDim, Causal> of fas_sm90::launch_paged_ragged (fas_dtype value; 16-bit only)."""
+    return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
+
+
+def render_sm90_paged(tu) -> str:
+    return "\n".join([
+        KERNEL_HEADER.rstrip("\n"),
+        f"// FlashInfer SM90 prefill over a paged KV cache (cp.async page gather): {tu.dtype}, head dim "
+        f"{tu.head_dim}, {_causal_word(tu)}. Exactly one instantiation.",
+        '#include "sm90/paged_launch.cuh"',
+        "",
+        "namespace fas_sm90 {",
+        "",
+        "template <>",
+        f"cudaError_t launch_paged_ragged<{_sm90_paged_template_args(tu)}>(const RaggedArgs& args, "
+        "cudaStream_t stream) {",
+        f"    return run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>(args, stream);",
+        "}",
+        "",
+        "}  // namespace fas_sm90",
+        "",
+    ])
+
+
+def _sm90_paged_symbol(tu) -> str:
+    return f"fas_sm90::launch_paged_ragged<{_sm90_paged_template_args(tu)}>"
+
+
+def _sm90_paged_args(tu) -> tuple[str, ...]:
+    return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
+
+
 def _sm90_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.input_dtype].api, DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
@@ -237,6 +270,7 @@ FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shapes for
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
+SM90_PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal", "TileQ")
 # Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
 # (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
@@ -274,6 +308,12 @@ FAMILIES = {
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
+        ),
+        Family(  # chunked prefill over a paged cache (matrices build it causal: queries fewer than keys)
+            name="sm90_paged_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
+            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_sm90_paged, symbol=_sm90_paged_symbol,
+            registry_macro="FAS_SM90_PAGED", registry_params=SM90_PAGED_PARAMS, registry_args=_sm90_paged_args,
         ),
         Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
             name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",

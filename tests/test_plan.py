@@ -19,13 +19,14 @@ def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_every_family(repo):
     got = set(names(repo, "minimal"))
     want = {f"{family}_hdim{h}_{d}{c}_sm90" for family in ("fa2_fwd", "sm90_prefill", "paged_prefill")
             for h in (64, 128) for d in ("fp16", "bf16") for c in ("", "_causal")}
-    want |= {f"paged_decode_hdim{h}_{d}_causal_sm90" for h in (64, 128) for d in ("fp16", "bf16")}
+    want |= {f"{family}_hdim{h}_{d}_causal_sm90" for family in ("paged_decode", "sm90_paged_prefill")
+             for h in (64, 128) for d in ("fp16", "bf16")}
     assert got == want
 
 
 def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo):
     got = names(repo, "full")
-    assert len(got) == 6 * 2 * 2 * 2 + 3 * 2 * 2 + 3 * 2 * 2 + 3 * 2 + 3 * 2 * 2
+    assert len(got) == 6 * 2 * 2 * 2 + 3 * 2 * 2 + 3 * 2 * 2 + 3 * 2 + 3 * 2 + 3 * 2 * 2
     assert "paged_decode_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_split_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_hdim32_fp16_sm90" in got
@@ -51,6 +52,7 @@ def test_symbols_are_the_demangled_instantiations(repo):
     assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 1, 128, true>"
     assert symbols["sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90"] == "fas_sm90::launch_ragged<2, 0, 256, false>"
     assert symbols["paged_prefill_hdim64_fp16_sm90"] == "fas_paged::launch_paged<0, 64, false, 64>"
+    assert symbols["sm90_paged_prefill_hdim256_bf16_causal_sm90"] == "fas_sm90::launch_paged_ragged<1, 256, true>"
 
 
 def test_estimates_prefer_recorded_peaks(repo):
@@ -102,7 +104,7 @@ def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "entry minimal-cuda12.4-sm90a" in out
-    assert "28 kernel TU(s)" in out
+    assert "32 kernel TU(s)" in out
     assert "sm90_prefill_hdim64_fp16_sm90" in out
     assert "fa2_fwd_hdim128_bf16_causal_sm90" in out
     assert "budget:" in out and "concurrency: up to" in out

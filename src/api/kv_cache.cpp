@@ -105,4 +105,16 @@ fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout*
     return FAS_SUCCESS;
 }
 
+fas_status check_page_indices(const int32_t* page_indices, int64_t total_pages) {
+    if (page_indices == nullptr && total_pages > 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("page_indices is NULL; a paged plan's run needs the DEVICE array of its ", total_pages,
+                           " page ids (fas_plan_info.total_pages)"));
+    }
+    if (!is_aligned(page_indices, sizeof(int32_t))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "page_indices is not 4-byte aligned; pass an int32 device array");
+    }
+    return FAS_SUCCESS;
+}
+
 }  // namespace fas

@@ -12,6 +12,10 @@
 
 namespace fas {
 
+// Plans whose sequences all have at most this many queries (decode, speculative decoding) go to
+// the paged family, which packs a KV head's query heads into one tile and splits the KV; paged
+// plans with longer queries (chunked prefill) go to the SM90 paged kernels where one serves.
+constexpr int kMaxDecodeQueries = 8;
 constexpr int64_t kMaxPagedStride = (int64_t{1} << 32) - 1;  // the paged kernels hold strides in 32 bits
 
 struct KvCache {
@@ -33,6 +37,10 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
 // Page strides (0 = page_size * row stride), their limits, the caches' spans for the tensor
 // checks, and the optional host page ids.
 fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout);
+
+// A paged plan's run: page_indices must be a 4-byte aligned device array (non-NULL when the plan
+// has pages).
+fas_status check_page_indices(const int32_t* page_indices, int64_t total_pages);
 
 }  // namespace fas
 

@@ -21,9 +21,6 @@ namespace {
 
 constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
 constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
-// Varlen plans whose sequences all have at most this many queries (decode, speculative decoding)
-// go to the paged family, which packs a KV head's query heads into one tile and splits the KV.
-constexpr int kMaxDecodeQueries = 8;
 
 }  // namespace
 
@@ -146,6 +143,28 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     return std::string();
 }
 
+// Why no SM90 paged kernel serves a paged plan ("" if one does, with *kernel and *schedule set):
+// they take chunked prefill (more than kMaxDecodeQueries queries in some sequence); the paged
+// family keeps decode-shaped plans, whose packed query tiles and KV splits suit them better.
+std::string sm90_paged_unusable_reason(const Layout& layout, const KvCache& kv, const fas_plan_args& args,
+                                       const DeviceProps& device, const fas_sm90::Kernel** kernel,
+                                       fas_sm90::PlanLayout* schedule) {
+    if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
+    if (layout.max_seqlen_q <= kMaxDecodeQueries) {
+        return concat("every sequence has at most ", kMaxDecodeQueries,
+                      " queries: decode-shaped plans take the paged family");
+    }
+    std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.dtype, layout.head_dim, layout.causal,
+                                                          device, /*paged=*/true);
+    if (why.empty()) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
+    *schedule = fas_sm90::PlanLayout{args.cu_seqlens_q, nullptr, kv.kv_lengths, kv.page_size, layout.batch_size,
+                                     layout.num_heads_q, layout.num_heads_k, layout.head_dim, layout.causal, false,
+                                     device.sm_count};
+    if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);
+    if (why.empty()) *kernel = fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, true);
+    return why;
+}
+
 }  // namespace
 
 fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
@@ -183,8 +202,27 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     status = check_device(device_index, &device);
     if (status != FAS_SUCCESS) return status;
 
-    // Family choice: paged caches and decode-shaped varlen plans take the paged family; the
-    // rest SM90 where a kernel is built for the request and the layout fits it, else FA2.
+    // Family choice: paged caches take the SM90 paged kernels for chunked prefill where they
+    // serve, else the paged family, as decode-shaped varlen plans do; the rest SM90 where a
+    // kernel is built for the request and the layout fits it, else FA2.
+    std::string sm90_paged_reason;
+    if (kv.paged) {
+        const fas_sm90::Kernel* kernel = nullptr;
+        fas_sm90::PlanLayout schedule{};
+        sm90_paged_reason = sm90_paged_unusable_reason(layout, kv, args, device, &kernel, &schedule);
+        if (kernel != nullptr) {
+            std::unique_ptr<fas_plan> plan(new fas_plan());
+            plan->device = device_index;
+            plan->layout = layout;
+            status = fas_sm90::create_plan(layout, kernel, schedule, args.cu_seqlens_q[0], kv.k_page_stride, device,
+                                           &plan->sm90);
+            if (status != FAS_SUCCESS) return status;
+            plan->family = FAS_FAMILY_SM90;
+            plan->kernel_head_dim = kernel->head_dim;
+            *plan_out = plan.release();
+            return FAS_SUCCESS;
+        }
+    }
     const fas_paged::Kernel* paged_kernel = nullptr;
     fas_paged::PlanRequest paged_request{};
     if (kv.paged || (layout.max_seqlen_q <= kMaxDecodeQueries && args.disable_sm90 == 0)) {
@@ -203,7 +241,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
         if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_PAGED;
         plan->kernel_head_dim = paged_kernel->head_dim;
-        plan->sm90_unused_reason = kv.paged ? "the plan reads a paged KV cache (paged family)"
+        plan->sm90_unused_reason = kv.paged ? sm90_paged_reason
                                             : concat("every sequence has at most ", kMaxDecodeQueries,
                                                      " queries: decode-shaped plans take the paged family");
         *plan_out = plan.release();
@@ -211,7 +249,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     }
     std::string sm90_reason;
     const fas_sm90::Kernel* sm90_kernel = nullptr;
-    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, kv.cu_seqlens_k, layout.batch_size,
+    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, kv.cu_seqlens_k, nullptr, 0, layout.batch_size,
                                                layout.num_heads_q, layout.num_heads_k, layout.head_dim,
                                                layout.causal, fp8, device.sm_count};
     if (args.disable_sm90 != 0) {
@@ -241,7 +279,8 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     plan->device = device_index;
     plan->layout = layout;
     if (sm90_kernel != nullptr) {
-        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], device, &plan->sm90);
+        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], 0, device,
+                                       &plan->sm90);
         if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_SM90;
         plan->kernel_head_dim = sm90_kernel->head_dim;
@@ -274,8 +313,9 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
                                    args.stream);
     }
     if (plan->sm90 != nullptr) {
-        return fas_sm90::run_plan(*plan->sm90, args.q, args.k, args.v, args.out, args.softmax_lse, args.q_descale,
-                                  args.k_descale, args.v_descale, args.stream);
+        const fas_sm90::RunTensors tensors{args.q,         args.k,         args.v,         args.out,        args.softmax_lse,
+                                           args.q_descale, args.k_descale, args.v_descale, args.page_indices};
+        return fas_sm90::run_plan(*plan->sm90, tensors, args.stream);
     }
     return fas_fa2::run_plan(*plan->fa2, args.q, args.k, args.v, args.out, args.softmax_lse, args.stream);
 }
@@ -334,6 +374,14 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
                           : plan->paged != nullptr ? plan->paged->block->bytes
                                                    : plan->fa2->device_bytes;
     filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
+    if (plan->sm90 != nullptr) {  // one CTA per SM, query heads not packed, no KV split
+        filled.kv_splits = 1;
+        filled.packed_gqa = 1;
+        filled.query_tile_rows = fas_sm90::query_tile_rows(*plan->sm90->kernel);
+        filled.num_ctas = plan->sm90->args.num_ctas;
+        filled.total_pages = plan->sm90->total_pages;
+        filled.ctas_per_sm = 1;
+    }
     if (plan->paged != nullptr) {
         const fas_paged::Plan& paged = *plan->paged;
         filled.kv_splits = paged.kv_splits;

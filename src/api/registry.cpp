@@ -2,6 +2,7 @@
 #include "api/registry.h"
 
 #include "api/device.h"
+#include "api/kv_cache.h"
 #include "api/layout.h"
 #include "api/status.h"
 #include "fa2/fa2.h"
@@ -46,7 +47,7 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = 0;
-        info->family = family_name(FAS_FAMILY_SM90);
+        info->family = entry.paged ? "sm90_paged" : family_name(FAS_FAMILY_SM90);
         info->out_dtype = entry.out_dtype;
     }
     return FAS_SUCCESS;
@@ -106,6 +107,14 @@ fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int ma
         return fail(FAS_ERROR_UNSUPPORTED_DEVICE,
                     concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                            "; the paged kernels are built for 9.0"));
+    }
+    // Paged plans with longer queries take the SM90 paged kernel where one is built (plan.cpp).
+    const fas_sm90::Kernel* sm90 = max_query_len > kMaxDecodeQueries
+                                       ? fas_sm90::find_kernel(dtype, dtype, head_dim, causal != 0, /*paged=*/true)
+                                       : nullptr;
+    if (sm90 != nullptr) {
+        if (query_tile_rows != nullptr) *query_tile_rows = fas_sm90::query_tile_rows(*sm90);
+        return FAS_SUCCESS;
     }
     std::string why;
     const fas_paged::Kernel* kernel =

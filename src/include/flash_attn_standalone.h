@@ -225,7 +225,8 @@ typedef struct fas_kernel_info {
     int causal;         /* 1 = causal variant, 0 = non-causal */
     int split_kv;       /* 1 = split-KV (decode-oriented) variant, 0 = plain forward */
     const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans), "sm90" (plans only, exact
-                         * head dim, compute capability 9.0) or "paged" (plans only, exact head
+                         * head dim, compute capability 9.0), "sm90_paged" (the same over a paged KV
+                         * cache: chunked prefill; since 0.2) or "paged" (plans only, exact head
                          * dim, 9.0; split_kv = 1; listed once per query tile size); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;

@@ -102,11 +102,20 @@
  *   aligned: with sq queries and sk cached keys (the new tokens' keys included), query i sees
  *   keys 0 .. i + sk - sq. Rows that see no key (sk = 0) get out = 0 and LSE = +infinity.
  *
- *   Contiguous (varlen) KV plans whose sequences have at most 8 queries each take the same
- *   kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
+ *   Which kernels serve a paged plan: where some sequence has more than 8 queries (chunked
+ *   prefill), the SM90 paged kernels (family FAS_FAMILY_SM90; causal, fp16/bf16, head dims 64/128
+ *   in `minimal`, also 256 in `full`) when one is built for the request, K and V have equal row
+ *   and page strides, and every sequence with queries has at least as many keys; they read the
+ *   pages through the page table as they stream keys (one tile of 128 or 192 query rows per
+ *   query head, one CTA per SM, no KV split). Every other paged plan (decode, speculative
+ *   decoding, non-causal, or one those conditions exclude: fas_plan_info.sm90_unused_reason says
+ *   which) runs on the paged family below. Both take the same page table and arguments.
+ *
+ *   Contiguous (varlen) KV plans whose sequences have at most 8 queries each take the paged
+ *   family's kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
  *   divides every sequence's first row) and uploads their ids itself.
  *
- *   Paged-family plans need an exact head dim (64, 128, 256 where built), fp16/bf16. Their
+ *   Paged plans need an exact head dim (64, 128, 256 where built), fp16/bf16. Paged-family plans'
  *   runs may write a partial-result buffer the plan owns (fas_plan_info.kv_splits > 1): runs of
  *   such a plan must be ordered with each other (one stream, or joined with events), unlike
  *   other plans. The LSE is token-major ([total_q, num_heads_q], FAS_LSE_TOKEN_MAJOR).
@@ -233,15 +242,16 @@ typedef struct fas_plan_info {
                                      * until the plan is destroyed */
 
     /* ---- appended in 0.2 (0 for families where they do not apply) ---- */
-    int kv_splits;        /* paged family: most KV chunks one sequence is split into (1 = none) */
-    int packed_gqa;       /* paged family: query heads packed into one tile's rows per KV head */
-    int query_tile_rows;  /* paged family: rows of a query tile (16 or 64) */
-    int num_ctas;         /* paged family: CTAs of the attention launch */
-    int total_pages;      /* paged family: entries of fas_plan_run_args.page_indices (0 for a
-                           * contiguous-KV plan, whose pages the plan lists itself) */
-    int ctas_per_sm;      /* paged family: CTAs per SM the attention launch is planned for; the
+    int kv_splits;        /* paged, SM90: most KV chunks one sequence is split into (1 = none) */
+    int packed_gqa;       /* paged, SM90: query heads packed into one tile's rows per KV head (SM90: 1) */
+    int query_tile_rows;  /* paged, SM90: rows of a query tile (paged family 16 or 64, SM90 64-192) */
+    int num_ctas;         /* paged, SM90: CTAs of the attention launch */
+    int total_pages;      /* paged KV cache (either family): entries of fas_plan_run_args.page_indices
+                           * (0 for other plans; contiguous-KV paged-family plans list their pages
+                           * themselves) */
+    int ctas_per_sm;      /* paged, SM90: CTAs per SM the attention launch is planned for; the
                            * decode kernel (16-row tiles) runs 1 for long KV chunks (CTAs averaging
-                           * 2048+ keys, head dim 128), else 2 */
+                           * 2048+ keys, head dim 128), else 2; SM90 plans 1 */
 } fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */
@@ -294,9 +304,10 @@ FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int cau
 /* Whether the paged family can serve a plan for (dtype, head_dim, causal) with at most
  * max_query_len queries per sequence and `group` = num_heads_q / num_heads_k query heads per KV
  * head on the CURRENT device: a paged KV cache, or a varlen plan of at most 8 queries per
- * sequence (see PAGED KV CACHE). On FAS_SUCCESS stores the query tile rows of the kernel that
- * would serve it (16 or 64; fas_plan_info.query_tile_rows of such a plan) in *query_tile_rows
- * (may be NULL). FAS_ERROR_NOT_BUILT (the message lists the paged kernels of this build),
+ * sequence (see PAGED KV CACHE), or the SM90 paged kernel for a paged plan with more than 8
+ * queries in some sequence, assuming the conditions listed there hold. On FAS_SUCCESS stores the
+ * query tile rows of the kernel that would serve it (paged family 16 or 64, SM90 128 or 192;
+ * fas_plan_info.query_tile_rows of such a plan) in *query_tile_rows (may be NULL). FAS_ERROR_NOT_BUILT (the message lists the paged kernels of this build),
  * FAS_ERROR_UNSUPPORTED_DEVICE, or FAS_ERROR_INVALID_ARGUMENT for a bad dtype, head_dim,
  * max_query_len (>= 1) or group (>= 1). Added in 0.2. */
 FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,

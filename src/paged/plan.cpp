@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "api/kv_cache.h"
 #include "api/lse.h"
 #include "api/status.h"
 #include "paged/paged.h"
@@ -243,13 +244,8 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
                     const int32_t* page_indices, cudaStream_t stream) {
     LaunchArgs a = plan.args;
     if (!plan.contiguous_kv) {
-        if (page_indices == nullptr && plan.total_pages > 0) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat("page_indices is NULL; a paged plan's run needs the DEVICE array of its ",
-                               plan.total_pages, " page ids (fas_plan_info.total_pages)"));
-        }
-        if (!fas::is_aligned(page_indices, sizeof(int32_t))) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT, "page_indices is not 4-byte aligned; pass an int32 device array");
+        if (const fas_status status = fas::check_page_indices(page_indices, plan.total_pages); status != FAS_SUCCESS) {
+            return status;
         }
         a.page_indices = page_indices;
     }

@@ -1,6 +1,6 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
-// (StandardFP8Attention, per-head descales), without sliding window. What is ours: the tile
+// (StandardFP8Attention, per-head descales), without sliding window (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh), the shared-memory layout (sm90/shared_storage.cuh), the FP8
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
@@ -49,14 +49,18 @@ struct Fp8Descales {
     float scale_v_scalar;
 };
 
-// The upstream types one kernel is assembled from, per input family.
-template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
+// The upstream types one kernel is assembled from, per input family. Paged: K/V from a paged
+// cache through FlashInfer's sparse mainloop (paged_launch.cuh), whose four producer warps gather
+// each tile row by row through the page table (cp.async) instead of one TMA copy.
+template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages,
+          bool Paged = false>
 struct Assembly16 {
     using Additional = SoftmaxScaleOnly;
-    using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
+    using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, OrderedEpilogueAttention>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
-    using Mainloop = flashinfer::CollectiveMainloop<Additional, Traits, Causal>;
+    using Mainloop = std::conditional_t<Paged, flashinfer::SparseCollectiveMainloop<Additional, Traits, Causal>,
+                                        flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
     using Epilogue = flashinfer::CollectiveEpilogue<Traits>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
@@ -88,37 +92,17 @@ struct AssemblyFp8 {
 template <typename Input>
 constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
 
-// Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
-// bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
-// tuning runs (the planner must then use the same query rows).
-template <typename Input, typename Output, int HeadDim, bool Causal,
-          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
-          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
-          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
-cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
-    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
-                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
-    static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
-    using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
-                                        Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
-    using Kernel = typename Assembly::Kernel;
-    using Mainloop = typename Assembly::Mainloop;
-    using Epilogue = typename Assembly::Epilogue;
+// Rows of `heads` contiguous heads of HeadDim elements, row_stride elements apart.
+template <int HeadDim>
+auto gmem_layout(int64_t rows, int heads, int64_t row_stride) {
+    return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, HeadDim, row_stride, HeadDim);
+}
 
-    // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
-    const int64_t nnz_qo = args.nnz_qo;
-    const int64_t nnz_kv = args.nnz_kv;
-    const auto layout = [](int64_t rows, int heads, int64_t row_stride) {
-        return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, HeadDim, row_stride, HeadDim);
-    };
-    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
-        {static_cast<const Input*>(args.q), layout(nnz_qo, args.num_qo_heads, args.q_row_stride),
-         static_cast<const Input*>(args.k), layout(nnz_kv, args.num_kv_heads, args.k_row_stride),
-         static_cast<const Input*>(args.v), layout(nnz_kv, args.num_kv_heads, args.v_row_stride),
-         /*window_left=*/-1, Assembly::additional(args)});
-    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
-        {static_cast<Output*>(args.out), layout(nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
-         flashinfer::get_lse_gmem_layout(static_cast<int>(nnz_qo), args.num_qo_heads)});
+// Launches an assembly's kernel with our scheduler over the plan's work list.
+template <typename Assembly, typename MainloopParams, typename EpilogueParams>
+cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogue, const RaggedArgs& args,
+                   cudaStream_t stream) {
+    using Kernel = typename Assembly::Kernel;
     const SerpentineTileScheduler::Arguments scheduler_args{args.tiles,    args.num_units,
                                                             args.tiles_per_unit, args.num_ctas,
                                                             args.num_qo_heads, args.num_qo_heads / args.num_kv_heads};
@@ -136,11 +120,41 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
         if (error != cudaSuccess) return error;
         raised_on_devices.fetch_or(device_bit, std::memory_order_release);
     }
-    void* kernel_args[] = {const_cast<typename Mainloop::Params*>(&mainloop),
-                           const_cast<typename Epilogue::Params*>(&epilogue),
+    void* kernel_args[] = {const_cast<MainloopParams*>(&mainloop), const_cast<EpilogueParams*>(&epilogue),
                            const_cast<SerpentineTileScheduler::Params*>(&scheduler)};
     return cudaLaunchKernel(kernel, SerpentineTileScheduler::get_grid_dim(scheduler_args, 0),
                             dim3(Kernel::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
+}
+
+// Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
+// bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
+// tuning runs (the planner must then use the same query rows).
+template <typename Input, typename Output, int HeadDim, bool Causal,
+          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
+          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
+          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
+cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
+    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
+                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
+    static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
+    using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
+                                        Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
+    using Mainloop = typename Assembly::Mainloop;
+    using Epilogue = typename Assembly::Epilogue;
+
+    // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
+    const int64_t nnz_qo = args.nnz_qo;
+    const int64_t nnz_kv = args.nnz_kv;
+    const auto layout = gmem_layout<HeadDim>;
+    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
+        {static_cast<const Input*>(args.q), layout(nnz_qo, args.num_qo_heads, args.q_row_stride),
+         static_cast<const Input*>(args.k), layout(nnz_kv, args.num_kv_heads, args.k_row_stride),
+         static_cast<const Input*>(args.v), layout(nnz_kv, args.num_kv_heads, args.v_row_stride),
+         /*window_left=*/-1, Assembly::additional(args)});
+    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
+        {static_cast<Output*>(args.out), layout(nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
+         flashinfer::get_lse_gmem_layout(static_cast<int>(nnz_qo), args.num_qo_heads)});
+    return launch<Assembly>(mainloop, epilogue, args, stream);
 }
 
 }  // namespace fas_sm90

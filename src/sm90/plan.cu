@@ -1,7 +1,8 @@
-// SM90 plans: the schedule and launch arguments made once per batch layout, the launch per
-// run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API (api/lse.h).
+// SM90 plans (varlen or paged K/V): the schedule and launch arguments made once per batch layout,
+// the launch per run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API (api/lse.h).
 #include <algorithm>
 
+#include "api/kv_cache.h"
 #include "api/lse.h"
 #include "api/status.h"
 #include "sm90/sm90.h"
@@ -13,7 +14,8 @@ using fas::fail;
 using fas::fail_cuda;
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
-                       int first_q_row, const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
+                       int first_q_row, int64_t page_stride, const fas::DeviceProps& device,
+                       std::unique_ptr<Plan>* out) {
     std::unique_ptr<Plan> plan(new Plan());
     // Layout limits were checked by the caller: what can fail here is CUDA itself (allocation,
     // the upload).
@@ -36,37 +38,55 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     ragged.num_kv_heads = layout.num_heads_k;
     ragged.softmax_scale = layout.softmax_scale;
     ragged.device = device.index;
+    if (kernel->paged) {
+        ragged.page_stride = page_stride;
+        ragged.page_size = schedule_layout.page_size;
+        for (int i = 0; i < schedule_layout.batch_size; ++i) {
+            plan->total_pages += (schedule_layout.kv_lengths[i] + schedule_layout.page_size - 1) / schedule_layout.page_size;
+        }
+    }
     schedule_fill_args(plan->schedule, &ragged);
     *out = std::move(plan);
     return FAS_SUCCESS;
 }
 
-fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const float* q_descale, const float* k_descale, const float* v_descale, cudaStream_t stream) {
-    for (const float* descale : {q_descale, k_descale, v_descale}) {
+std::string paged_strides_unsupported_reason(const fas::Layout& layout, int64_t k_page_stride, int64_t v_page_stride) {
+    if (layout.k_row_stride == layout.v_row_stride && k_page_stride == v_page_stride) return std::string();
+    return concat("the SM90 paged kernels need K and V with equal strides (row ", layout.k_row_stride, " vs ",
+                  layout.v_row_stride, ", page ", k_page_stride, " vs ", v_page_stride, ")");
+}
+
+fas_status run_plan(const Plan& plan, const RunTensors& t, cudaStream_t stream) {
+    for (const float* descale : {t.q_descale, t.k_descale, t.v_descale}) {
         if (!fas::is_aligned(descale, sizeof(float))) {
             return fail(FAS_ERROR_INVALID_ARGUMENT, "q_descale / k_descale / v_descale must be 4-byte aligned");
         }
     }
     RaggedArgs ragged = plan.args;
-    ragged.q = q;
-    ragged.k = k;
-    ragged.v = v;
-    ragged.out = out;
-    ragged.lse = softmax_lse;
-    ragged.q_descale = q_descale;
-    ragged.k_descale = k_descale;
-    ragged.v_descale = v_descale;
+    if (plan.kernel->paged) {
+        if (const fas_status status = fas::check_page_indices(t.page_indices, plan.total_pages); status != FAS_SUCCESS) {
+            return status;
+        }
+        ragged.page_indices = t.page_indices;
+    }
+    ragged.q = t.q;
+    ragged.k = t.k;
+    ragged.v = t.v;
+    ragged.out = t.out;
+    ragged.lse = t.softmax_lse;
+    ragged.q_descale = t.q_descale;
+    ragged.k_descale = t.k_descale;
+    ragged.v_descale = t.v_descale;
     cudaError_t error = schedule_prepare_run(plan.schedule, stream);
     if (error != cudaSuccess) return fail_cuda(error, "waiting for the SM90 schedule upload (cudaStreamWaitEvent)");
     error = plan.kernel->launch(ragged, stream);
     if (error == cudaSuccess) error = cudaGetLastError();
     if (error != cudaSuccess) return fail_cuda(error, "SM90 kernel launch");
-    if (softmax_lse == nullptr) return FAS_SUCCESS;
+    if (t.softmax_lse == nullptr) return FAS_SUCCESS;
     // The kernel writes log2(sum exp); the API promises the natural logarithm.
     const int64_t first = static_cast<int64_t>(plan.first_q_row) * plan.num_heads_q;
     const int64_t count = static_cast<int64_t>(plan.total_q) * plan.num_heads_q - first;
-    error = fas::convert_lse_log2_to_ln(softmax_lse + first, count, plan.sm_count, stream);
+    error = fas::convert_lse_log2_to_ln(t.softmax_lse + first, count, plan.sm_count, stream);
     if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
     return FAS_SUCCESS;
 }

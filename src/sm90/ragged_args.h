@@ -59,6 +59,13 @@ struct RaggedArgs {
     // The plan's device (current at every run): the launcher raises the kernel's shared-memory
     // limit once per device, not on every launch.
     int device;
+    // Paged KV (launch_paged_ragged only): k and v are caches [pages, page_size, num_kv_heads,
+    // head_dim] with row strides k_row_stride (== v_row_stride) and one page stride for both (the
+    // upstream loader computes one offset per key and uses it for K and V); a TileWork's kv_start
+    // is the sequence's first entry of page_indices (device, CSR as the API documents).
+    const int32_t* page_indices;
+    int64_t page_stride;
+    int page_size;
 };
 
 // Enqueues one forward pass on stream; returns the launch status. The dtypes are fas_dtype
@@ -66,6 +73,10 @@ struct RaggedArgs {
 // 16-bit inputs). Defined only for the instantiations the build compiled.
 template <int InputDtype, int OutputDtype, int HeadDim, bool Causal>
 cudaError_t launch_ragged(const RaggedArgs& args, cudaStream_t stream);
+
+// The same over a paged KV cache: 16-bit q/k/v/out (Dtype: fas_dtype 0 or 1).
+template <int Dtype, int HeadDim, bool Causal>
+cudaError_t launch_paged_ragged(const RaggedArgs& args, cudaStream_t stream);
 
 using RaggedLaunchFn = cudaError_t (*)(const RaggedArgs&, cudaStream_t);
 

@@ -1,13 +1,19 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc: each is an
-// explicit specialization of fas_sm90::launch_ragged, defined in its own kernel TU
-// (kernels/sm90_*.cu).
+// explicit specialization of fas_sm90::launch_ragged or launch_paged_ragged, defined in its own
+// kernel TU (kernels/sm90_*.cu).
 #include "api/status.h"
 #include "sm90/sm90.h"
+#include "sm90/tiles.h"
 
 #define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)                                        \
     namespace fas_sm90 {                                                                            \
     template <>                                                                                     \
     cudaError_t launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
+    }
+#define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal)                                           \
+    namespace fas_sm90 {                                                                       \
+    template <>                                                                                \
+    cudaError_t launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
     }
 #include "kernel_registry.inc"
 
@@ -18,16 +24,18 @@ namespace {
 // Ends with a sentinel (launch == nullptr) so that a build without SM90 kernels still has a
 // valid array; the count excludes it.
 #define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal) \
-    {InEnum, OutEnum, HeadDim, IsCausal, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+    {InEnum, OutEnum, HeadDim, IsCausal, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 
-std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal) {
+std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged) {
     return fas::concat(fas::dtype_name(dtype), dtype == out_dtype ? "" : fas::concat("->", fas::dtype_name(out_dtype)),
-                       "/hd", head_dim, causal ? "/causal" : "/full");
+                       "/hd", head_dim, causal ? "/causal" : "/full", paged ? "/paged" : "");
 }
 
 }  // namespace
@@ -36,11 +44,11 @@ int num_kernels() { return kNumKernels; }
 
 const Kernel& kernel(int index) { return kTable[index]; }
 
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal) {
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged) {
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         if (entry.dtype == dtype && (out_dtype < 0 || entry.out_dtype == out_dtype) && entry.head_dim == head_dim &&
-            entry.causal == causal) {
+            entry.causal == causal && entry.paged == paged) {
             return &entry;
         }
     }
@@ -48,22 +56,26 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
 }
 
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device) {
+                                      const fas::DeviceProps& device, bool paged) {
     if (!device.is_sm90()) {
         return fas::concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                            "; SM90 kernels need 9.0");
     }
-    if (find_kernel(dtype, out_dtype, head_dim, causal) != nullptr) return std::string();
+    if (find_kernel(dtype, out_dtype, head_dim, causal, paged) != nullptr) return std::string();
     std::string built;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         built += fas::concat(built.empty() ? "" : ", ", kernel_name(entry.dtype, entry.out_dtype, entry.head_dim,
-                                                                    entry.causal));
+                                                                    entry.causal, entry.paged));
     }
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
-    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal),
+    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged),
                        " is built (SM90 kernels of this build: ", built.empty() ? "none" : built,
                        "; they serve their exact head dim only)");
+}
+
+int query_tile_rows(const Kernel& kernel) {
+    return tile_shape(kernel.dtype == FAS_DTYPE_E4M3, kernel.head_dim, kernel.causal, kernel.paged).q_rows;
 }
 
 }  // namespace fas_sm90

@@ -25,7 +25,27 @@ struct Schedule {
 namespace {
 
 int query_tile_rows(const PlanLayout& layout) {
-    return tile_shape(layout.fp8, layout.head_dim, layout.causal).q_rows;
+    return tile_shape(layout.fp8, layout.head_dim, layout.causal, layout.kv_lengths != nullptr).q_rows;
+}
+
+int32_t kv_length(const PlanLayout& layout, int i) {
+    return layout.kv_lengths != nullptr ? layout.kv_lengths[i] : layout.cu_seqlens_k[i + 1] - layout.cu_seqlens_k[i];
+}
+
+// Where each sequence's keys start for the kernel: its first key row, or for a paged cache its
+// first entry of the page list (CSR: the pages of the sequences before it).
+std::vector<int32_t> kv_starts(const PlanLayout& layout) {
+    std::vector<int32_t> starts(layout.batch_size);
+    int64_t pages = 0;
+    for (int i = 0; i < layout.batch_size; ++i) {
+        if (layout.kv_lengths == nullptr) {
+            starts[i] = layout.cu_seqlens_k[i];
+            continue;
+        }
+        starts[i] = static_cast<int32_t>(pages);
+        pages += (static_cast<int64_t>(layout.kv_lengths[i]) + layout.page_size - 1) / layout.page_size;
+    }
+    return starts;
 }
 
 // Causal plans pair tiles so that every unit of a sequence costs the same (sm90/tile_scheduler.cuh).
@@ -51,14 +71,15 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
     const int rows = query_tile_rows(layout);
     std::vector<int> order(layout.batch_size);
     for (int i = 0; i < layout.batch_size; ++i) order[i] = i;
-    const auto kv_len = [&](int i) { return layout.cu_seqlens_k[i + 1] - layout.cu_seqlens_k[i]; };
+    const auto kv_len = [&](int i) { return kv_length(layout, i); };
+    const std::vector<int32_t> kv_start = kv_starts(layout);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kv_len(a) > kv_len(b); });
     size_t at = 0;
     for (int i : order) {
         const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
         const int32_t tiles = (qo_len + rows - 1) / rows;
         const auto tile = [&](int32_t t) {
-            return TileWork{t, i, layout.cu_seqlens_q[i], layout.cu_seqlens_k[i], qo_len, kv_len(i), {0, 0}};
+            return TileWork{t, i, layout.cu_seqlens_q[i], kv_start[i], qo_len, kv_len(i), {0, 0}};
         };
         if (!layout.causal) {
             for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);
@@ -77,7 +98,7 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
     std::ostringstream why;
     for (int i = 0; i < layout.batch_size; ++i) {
         const int64_t sq = static_cast<int64_t>(layout.cu_seqlens_q[i + 1]) - layout.cu_seqlens_q[i];
-        const int64_t sk = static_cast<int64_t>(layout.cu_seqlens_k[i + 1]) - layout.cu_seqlens_k[i];
+        const int64_t sk = kv_length(layout, i);
         if (sq > 0 && sk == 0) {
             why << "sequence " << i << " has " << sq << " queries and no key";
             return why.str();

@@ -17,7 +17,9 @@ namespace fas_sm90 {
 
 struct PlanLayout {
     const int32_t* cu_seqlens_q;  // host, batch_size + 1 non-decreasing offsets (validated by the caller)
-    const int32_t* cu_seqlens_k;  // host, likewise
+    const int32_t* cu_seqlens_k;  // host, likewise; NULL for a paged KV cache
+    const int32_t* kv_lengths;    // host, batch_size (paged KV cache), else NULL
+    int page_size;                // paged KV cache: a tile's kv_start is the sequence's first page entry
     int batch_size;
     int num_heads_q;
     int num_heads_k;

@@ -1,6 +1,7 @@
-// The SM90 (FA3-class, FlashInfer-derived) ragged prefill family as the API sees it, free of
-// CUTLASS and FlashInfer types: the kernels this build holds, whether one can serve a plan,
-// and its plans (the work schedule, the launch, the LSE conversion).
+// The SM90 (FA3-class, FlashInfer-derived) prefill family as the API sees it, free of CUTLASS and
+// FlashInfer types: the kernels this build holds (varlen K/V, and paged K/V for chunked prefill
+// over a paged cache), whether one can serve a plan, and its plans (the work schedule, the
+// launch, the LSE conversion).
 #ifndef FAS_SM90_SM90_H
 #define FAS_SM90_SM90_H
 
@@ -23,6 +24,7 @@ struct Kernel {
     fas_dtype out_dtype;  // of out: dtype, or fp16/bf16 for e4m3
     int head_dim;
     bool causal;
+    bool paged;  // reads a paged KV cache (launch_paged_ragged)
     RaggedLaunchFn launch;
 };
 
@@ -31,12 +33,15 @@ int num_kernels();
 const Kernel& kernel(int index);
 
 // out_dtype < 0: any output dtype (capability queries).
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal);
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false);
 
-// Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal) on this device, else
-// why not.
+// Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
+// else why not.
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device);
+                                      const fas::DeviceProps& device, bool paged = false);
+
+// Query rows per work tile of a kernel (tiles.h): what fas_plan_info.query_tile_rows reports.
+int query_tile_rows(const Kernel& kernel);
 
 // A plan of the plan API on SM90: the schedule (device memory from a per-device cache) and the
 // launch arguments; a run fills in the tensors.
@@ -48,6 +53,7 @@ struct Plan {
     int total_q = 0;
     int num_heads_q = 0;
     int sm_count = 0;
+    int total_pages = 0;  // paged KV: entries of the run's page_indices
 
     Plan() = default;
     Plan(const Plan&) = delete;
@@ -55,14 +61,32 @@ struct Plan {
     ~Plan() { schedule_destroy(schedule); }
 };
 
-// Layout limits are checked by the caller (layout_unsupported_reason).
+// Layout limits are checked by the caller (layout_unsupported_reason). Paged kernels take the
+// cache's page stride (K's and V's are equal: paged_strides_unsupported_reason).
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
-                       int first_q_row, const fas::DeviceProps& device, std::unique_ptr<Plan>* out);
+                       int first_q_row, int64_t page_stride, const fas::DeviceProps& device,
+                       std::unique_ptr<Plan>* out);
 
-// The descales are read by the FP8 kernels only. The LSE, if asked for, is converted to the
-// natural logarithm the API promises.
-fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const float* q_descale, const float* k_descale, const float* v_descale, cudaStream_t stream);
+// Empty if the paged kernels can read caches with these strides (elements), else why not: their
+// page gather computes one offset per key and uses it for K and V.
+std::string paged_strides_unsupported_reason(const fas::Layout& layout, int64_t k_page_stride, int64_t v_page_stride);
+
+// Tensors and device arrays of one run; descales are read by the FP8 kernels only,
+// page_indices by the paged ones.
+struct RunTensors {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* out;
+    float* softmax_lse;
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    const int32_t* page_indices;
+};
+
+// The LSE, if asked for, is converted to the natural logarithm the API promises.
+fas_status run_plan(const Plan& plan, const RunTensors& tensors, cudaStream_t stream);
 
 // Stream-ordered release of the plan's schedule (schedule_retire); the plan keeps none after.
 fas_status retire_plan(Plan* plan, cudaStream_t stream);

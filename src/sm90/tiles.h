@@ -20,7 +20,18 @@ struct TileShape {
 // our H100 tuning chose: hdim 64 causal, hdim 128 non-causal, hdim 256 causal (measurements:
 // docs/design/sm90-tiles.md). Shared memory bounds them: Q tile + stages * (K + V [+ V
 // transposed, FP8]) tiles within 227 KiB.
-constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal) {
+//
+// Paged KV (cp.async page gather by four producer warps): FlashInfer's choices for its paged SM90
+// kernels, except 128 keys per stage at head dim 128 (96 upstream; 2-3% faster on the H100, and
+// 3 or 4 stages were not: docs/design/decode-plan.md, "Chunked prefill"). The gather gives each
+// key one thread that looks its page up, so kv_rows is at most 128 and a multiple of
+// 1024 / head_dim (static_assert in sm90/paged_launch.cuh).
+constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false) {
+    if (paged) {
+        if (head_dim == 64) return {192, 96, 2};
+        if (head_dim == 128) return {128, 128, 2};
+        return {128, 32, 2};
+    }
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
         if (head_dim == 128) return {128, 192, 2};

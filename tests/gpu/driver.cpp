@@ -195,6 +195,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.out_dtype != dtype) continue;
         const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
         const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
+        if (std::strcmp(info.family, "sm90_paged") == 0) continue;  // chunked prefill over pages: paged.cpp
         if (std::strcmp(info.family, "paged") == 0) {
             // Paged-KV plans: paged.cpp. Here the contiguous (varlen) KV of a decode-shaped plan,
             // which the plan describes as pages itself; once per head dim (the 16-row kernel).

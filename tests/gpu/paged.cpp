@@ -21,9 +21,22 @@ struct PagedCase {
     std::vector<int> seqlens_q, seqlens_k;
     bool expect_split = false;
     int expect_ctas_per_sm = 0;  // the decode kernel's shape (fas_plan_info.ctas_per_sm); 0: either
+    int expect_family = -1;      // -1: SM90 for more than 8 queries where its paged kernel is built
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Whether this build lists a kernel of `family` (fas_kernel_info.family) for the case.
+bool has_kernel(const char* family, fas_dtype dtype, int head_dim, bool causal) {
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, family) == 0 &&
+            info.dtype == dtype && info.head_dim == head_dim && (info.causal != 0) == causal) {
+            return true;
+        }
+    }
+    return false;
+}
 
 // Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
 std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
@@ -112,14 +125,20 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                                     " ctas=" + std::to_string(info.num_ctas) + " ctas/sm=" + std::to_string(info.ctas_per_sm) +
                                     " pages=" + std::to_string(info.total_pages);
     int queried_tile = 0;
+    const int max_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
     const fas_status queried =
-        fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0,
-                                *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()), c.heads_q / c.heads_kv,
-                                &queried_tile);
-    if (info.family != FAS_FAMILY_PAGED || info.total_pages != total_pages || info.packed_gqa != c.heads_q / c.heads_kv ||
+        fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0, max_q, c.heads_q / c.heads_kv, &queried_tile);
+    // Chunked prefill (more than 8 queries) takes the SM90 paged kernel where one is built: one
+    // query head per tile row, no split; otherwise the paged family packs the group into rows.
+    const bool sm90 = c.expect_family >= 0 ? c.expect_family == FAS_FAMILY_SM90
+                                           : max_q > 8 && has_kernel("sm90_paged", dtype, c.head_dim, c.causal);
+    const int packed = sm90 ? 1 : c.heads_q / c.heads_kv;
+    if (info.family != (sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED) || info.total_pages != total_pages ||
+        info.packed_gqa != packed ||
         (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
         (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
-        queried_tile != info.query_tile_rows) {
+        // The query assumes a layout the SM90 paged kernels take; expect_family cases break that.
+        (c.expect_family < 0 && queried_tile != info.query_tile_rows)) {
         fas_plan_destroy(plan);
         return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
                            ", tile " + std::to_string(queried_tile) + "):" + plan_detail};
@@ -243,15 +262,7 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
 void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally) {
     std::vector<PagedCase> cases;
     for (int head_dim : {64, 128, 256}) {
-        bool built = false;
-        for (int index = 0; index < fas_num_kernels(); ++index) {
-            fas_kernel_info info;
-            if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "paged") == 0 &&
-                info.dtype == dtype && info.head_dim == head_dim) {
-                built = true;
-            }
-        }
-        if (!built) continue;
+        if (!has_kernel("paged", dtype, head_dim, true)) continue;
         // Decode: one query per sequence against 0, 1, 7 and 4097 keys, GQA 8 (Qwen2.5-VL: 16/2).
         cases.push_back({"paged-decode", 16, 2, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}});
         // Page size 1 and 256, shuffled pages; GQA 1, 7 and 16.
@@ -264,10 +275,18 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // (2 x 8) and the 64-row tile (8 x 8), with a split.
         cases.push_back({"paged-spec", 16, 2, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}});
         cases.push_back({"paged-spec-split", 16, 2, head_dim, true, 64, {8}, {30000}, true});
+        // Chunked prefill (queries fewer than keys, bottom-right causal): the SM90 paged kernel
+        // where built. A sequence without queries, one whose queries end a page, pages of 48.
+        cases.push_back({"paged-chunked-small", 8, 2, head_dim, true, 48, {20, 0, 37}, {100, 64, 37}});
+        // Queries without keys: the SM90 kernels refuse the layout, the paged family serves it.
+        cases.push_back({"paged-chunked-no-keys", 8, 2, head_dim, true, 16, {12, 3}, {40, 0}, false, 0,
+                         FAS_FAMILY_PAGED});
         if (!quick) {
             cases.push_back({"paged-spec-gqa7", 7, 1, head_dim, true, 32, {3, 8, 1}, {100, 2000, 8}});
             // Chunked prefill over cached pages (queries fewer than keys), causal and not.
             cases.push_back({"paged-chunked-prefill", 16, 2, head_dim, true, 16, {512, 100}, {4096, 100}});
+            cases.push_back({"paged-chunked-page1-gqa7", 14, 2, head_dim, true, 1, {130, 9, 300}, {300, 9, 4097}});
+            cases.push_back({"paged-chunked-page256-gqa1", 8, 8, head_dim, true, 256, {1000, 17}, {4097, 700}});
             cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
             cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
                              std::vector<int>(300, 1500), false, 2});

@@ -1,0 +1,135 @@
+"""Chunked-prefill benchmark (issue 13, item 3): a chunk of new queries per sequence against its
+cached keys (queries fewer than keys, bottom-right causal), the library on contiguous and paged
+KV against PyTorch SDPA in the same run on the same GPU.
+
+    python3 bench/bench_chunked_prefill.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
+
+Rows: batch x (queries, keys), GQA 16/2, head dim 128, bf16. Columns: TFLOPS of the library on
+contiguous KV (an SM90 varlen plan), on paged caches of 16 and 64 keys per page (pages shuffled;
+the SM90 paged kernel where built), on pages of 16 through the paged family (disable_sm90: the
+FA2-class kernel that served these plans before), SDPA cuDNN and flash with a lower-right causal
+mask on the contiguous KV; then paged 16 / contiguous and the library (paged 16) / the faster
+SDPA backend. FLOPs: 4 * H * D * (query, key) pairs the mask lets through. Timing:
+bench_attention.median_ms_each (rounds in shuffled order, median of samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+import fas_ctypes
+from bench_attention import Library, fas_dtype, median_ms_each
+from bench_decode import paged_plan
+from fas_ctypes import PlanArgs, PlanRunArgs
+
+ROWS = [(16, 512, 4096), (4, 2048, 16384), (64, 128, 2048), (1, 8192, 32768)]
+HEADS_Q, HEADS_KV, HEAD_DIM = 16, 2, 128
+
+
+def visible_pairs(queries: int, keys: int) -> int:
+    """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1."""
+    return queries * (keys - queries) + queries * (queries + 1) // 2
+
+
+def row_fns(lib: Library, batch: int, queries: int, keys: int):
+    """(callables by column, plan infos, check): check() returns the library columns' max error
+    against SDPA (math, fp32) on the same inputs."""
+    torch.manual_seed(0)
+    dev, dtype = "cuda", torch.bfloat16
+    stream = torch.cuda.current_stream().cuda_stream
+    q = torch.randn(batch, queries, HEADS_Q, HEAD_DIM, device=dev, dtype=dtype)
+    k = torch.randn(batch, keys, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
+    v = torch.randn_like(k)
+    out = torch.empty_like(q)
+    fns, infos = {}, {}
+
+    def runner(name, args, run):
+        plan = lib.plan_create(args)
+        infos[name] = lib.plan_info(plan)
+
+        def call():
+            lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
+
+        call.keepalive = (args, run, plan)
+        fns[name] = call
+
+    contiguous = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
+                              num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
+    contiguous.keep_q = fas_ctypes.offsets([queries] * batch)
+    contiguous.keep_k = fas_ctypes.offsets([keys] * batch)
+    contiguous.cu_seqlens_q = ctypes.cast(contiguous.keep_q, ctypes.c_void_p)
+    contiguous.cu_seqlens_k = ctypes.cast(contiguous.keep_k, ctypes.c_void_p)
+    runner("contiguous", contiguous,
+           PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream))
+    for page in (16, 64):
+        runner(f"page{page}", *paged_plan(q, k, v, out, page, stream))
+    runner("page16 paged family", *paged_plan(q, k, v, out, 16, stream, disable_sm90=1))
+
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    mask = causal_lower_right(queries, keys)
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        def sdpa(backend=backend):
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=True)
+        fns[name] = sdpa
+
+    def check() -> float:
+        """Max error of every library column on the last (up to) 256 query rows (their fp32
+        reference stays within 1 GB)."""
+        group, rows = HEADS_Q // HEADS_KV, min(queries, 256)
+        reference = F.scaled_dot_product_attention(qt[:, :, -rows:].float(), kt.float().repeat_interleave(group, 1),
+                                                   vt.float().repeat_interleave(group, 1),
+                                                   attn_mask=causal_lower_right(rows, keys)).transpose(1, 2)
+        errors = []
+        for name in infos:
+            out.fill_(float("nan"))
+            fns[name]()
+            torch.cuda.synchronize()
+            errors.append((out[:, -rows:].float() - reference).abs().max())
+        return torch.stack(errors).max().item()  # NaN if any column left NaN
+
+    return fns, infos, check
+
+
+def cell(flops: float, value) -> str:
+    return f"{flops / (value * 1e-3) / 1e12:.0f}" if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    lib = Library(args.artifact)
+    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, "
+          "bottom-right causal; TFLOPS\n")
+    columns = ("contiguous", "page16", "page64", "page16 paged family", "cudnn", "flash")
+    print("| batch x (queries, keys) | ours contiguous | ours paged 16 | ours paged 64 | paged 16, paged family "
+          "| SDPA cuDNN | SDPA flash | paged 16 / contiguous | paged 16 / best SDPA | plan (paged 16) | max err |")
+    print("| --- " * 11 + "|")
+    for batch, queries, keys in ROWS:
+        fns, infos, check = row_fns(lib, batch, queries, keys)
+        times = median_ms_each(fns, args.repeats)
+        flops = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys)
+        t = {name: times.get(name) for name in columns}
+        paged = t["page16"]
+        sdpa = [x for x in (t["cudnn"], t["flash"]) if isinstance(x, float)]
+        vs_contiguous = f"{t['contiguous'] / paged:.2f}" if isinstance(paged, float) and isinstance(t["contiguous"], float) else "n/a"
+        vs_sdpa = f"{min(sdpa) / paged:.2f}x" if isinstance(paged, float) and sdpa else "n/a"
+        info = infos["page16"]
+        plan = f"{info.family_name.decode()}, {info.query_tile_rows}-row tiles, {info.num_ctas} CTAs"
+        print(f"| {batch} x ({queries}, {keys}) | " + " | ".join(cell(flops, t[name]) for name in columns)
+              + f" | {vs_contiguous} | {vs_sdpa} | {plan} | {check():.1e} |", flush=True)
+        del fns
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+// The SM90 prefill kernel over a paged KV cache (chunked prefill): launch.cuh's 16-bit assembly
+// with FlashInfer's sparse mainloop. Q, the consumers, our epilogue, shared-memory layout and
+// scheduler are those of the varlen kernels. Included only by the build-generated kernel TUs,
+// each of which defines one launch_paged_ragged<Dtype, HeadDim, Causal> specialization.
+#ifndef FAS_SM90_PAGED_LAUNCH_CUH
+#define FAS_SM90_PAGED_LAUNCH_CUH
+
+#include "sm90/launch.cuh"
+
+namespace fas_sm90 {
+
+template <typename Input, int HeadDim, bool Causal>
+cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
+    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
+                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
+    constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
+    static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
+                  "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
+    using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true>;
+    using Mainloop = typename Assembly::Mainloop;
+    using Epilogue = typename Assembly::Epilogue;
+    const auto layout = gmem_layout<HeadDim>;
+    // K/V layouts give the loader the row and head strides within a page (their row count is unused).
+    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
+        {static_cast<const Input*>(args.q), layout(args.nnz_qo, args.num_qo_heads, args.q_row_stride),
+         static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
+         static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
+         /*window_left=*/-1, args.page_stride, args.page_stride, static_cast<uint32_t>(args.page_size),
+         SoftmaxScaleOnly{args.softmax_scale}});
+    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
+        {static_cast<Input*>(args.out), layout(args.nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
+         flashinfer::get_lse_gmem_layout(static_cast<int>(args.nnz_qo), args.num_qo_heads)});
+    return launch<Assembly>(mainloop, epilogue, args, stream);
+}
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_PAGED_LAUNCH_CUH
