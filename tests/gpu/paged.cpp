@@ -271,6 +271,9 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         cases.push_back({"paged-decode-gqa16", 16, 1, head_dim, true, 16, {1, 1}, {1000, 31}});
         // One long sequence: the KV split across CTAs and merged.
         cases.push_back({"paged-decode-split", 16, 2, head_dim, true, 16, {1}, {quick ? 20000 : 65536}, true});
+        // A split plan over sequences of mixed lengths (chunks of some, whole short ones).
+        cases.push_back({"paged-decode-split-mixed", 16, 2, head_dim, true, 16, {1, 1, 1, 1, 1, 1},
+                         {3000, 10, 5000, 64, 2047, 9000}, true});
         // Speculative decoding: 2..8 queries per sequence, causal (bottom-right), the 16-row tile
         // (2 x 8) and the 64-row tile (8 x 8), with a split.
         cases.push_back({"paged-spec", 16, 2, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}});
