@@ -25,7 +25,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
 from bench_attention import Library, fas_dtype, median_ms_each
-from bench_decode import paged_plan
+from bench_decode import paged_plan, plan_runner
 from fas_ctypes import PlanArgs, PlanRunArgs
 
 ROWS = [(16, 512, 4096), (4, 2048, 16384), (64, 128, 2048), (1, 8192, 32768)]
@@ -50,14 +50,7 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int):
     fns, infos = {}, {}
 
     def runner(name, args, run):
-        plan = lib.plan_create(args)
-        infos[name] = lib.plan_info(plan)
-
-        def call():
-            lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
-
-        call.keepalive = (args, run, plan)
-        fns[name] = call
+        fns[name], _, _, infos[name] = plan_runner(lib, args, run)
 
     contiguous = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
                               num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)

@@ -163,25 +163,30 @@ def _sm90_template_args(tu) -> str:
     return (f"{DTYPES[tu.input_dtype].value}, {DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}")
 
 
-def render_sm90(tu) -> str:
-    what = f"FP8 {tu.input_dtype} in, {tu.dtype} out" if tu.input_dtype != tu.dtype else tu.dtype
+def _sm90_source(tu, what: str, header: str, run: str) -> str:
+    """An SM90 kernel TU: the explicit specialization named by the family's symbol, calling `run`."""
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
-        f"// FlashInfer SM90 ragged prefill: {what}, head dim {tu.head_dim}, {_causal_word(tu)}. "
-        "Exactly one instantiation.",
-        '#include "sm90/launch.cuh"',
+        f"// {what}, head dim {tu.head_dim}, {_causal_word(tu)}. Exactly one instantiation.",
+        f'#include "{header}"',
         "",
         "namespace fas_sm90 {",
         "",
         "template <>",
-        f"cudaError_t launch_ragged<{_sm90_template_args(tu)}>(const RaggedArgs& args, cudaStream_t stream) {{",
-        f"    return run_ragged<{DTYPES[tu.input_dtype].cutlass}, {DTYPES[tu.dtype].cutlass}, {tu.head_dim}, "
-        f"{_cpp_bool(tu.causal)}>(args, stream);",
+        f"cudaError_t {tu.symbol.removeprefix('fas_sm90::')}(const RaggedArgs& args, cudaStream_t stream) {{",
+        f"    return {run}(args, stream);",
         "}",
         "",
         "}  // namespace fas_sm90",
         "",
     ])
+
+
+def render_sm90(tu) -> str:
+    what = f"FP8 {tu.input_dtype} in, {tu.dtype} out" if tu.input_dtype != tu.dtype else tu.dtype
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill: {what}", "sm90/launch.cuh",
+                        f"run_ragged<{DTYPES[tu.input_dtype].cutlass}, {DTYPES[tu.dtype].cutlass}, {tu.head_dim}, "
+                        f"{_cpp_bool(tu.causal)}>")
 
 
 def _sm90_symbol(tu) -> str:
@@ -194,23 +199,9 @@ def _sm90_paged_template_args(tu) -> str:
 
 
 def render_sm90_paged(tu) -> str:
-    return "\n".join([
-        KERNEL_HEADER.rstrip("\n"),
-        f"// FlashInfer SM90 prefill over a paged KV cache (cp.async page gather): {tu.dtype}, head dim "
-        f"{tu.head_dim}, {_causal_word(tu)}. Exactly one instantiation.",
-        '#include "sm90/paged_launch.cuh"',
-        "",
-        "namespace fas_sm90 {",
-        "",
-        "template <>",
-        f"cudaError_t launch_paged_ragged<{_sm90_paged_template_args(tu)}>(const RaggedArgs& args, "
-        "cudaStream_t stream) {",
-        f"    return run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>(args, stream);",
-        "}",
-        "",
-        "}  // namespace fas_sm90",
-        "",
-    ])
+    return _sm90_source(tu, f"FlashInfer SM90 prefill over a paged KV cache (cp.async page gather): {tu.dtype}",
+                        "sm90/paged_launch.cuh",
+                        f"run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
 
 
 def _sm90_paged_symbol(tu) -> str:

@@ -143,25 +143,34 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     return std::string();
 }
 
-// Why no SM90 paged kernel serves a paged plan ("" if one does, with *kernel and *schedule set):
-// they take chunked prefill (more than kMaxDecodeQueries queries in some sequence); the paged
-// family keeps decode-shaped plans, whose packed query tiles and KV splits suit them better.
-std::string sm90_paged_unusable_reason(const Layout& layout, const KvCache& kv, const fas_plan_args& args,
-                                       const DeviceProps& device, const fas_sm90::Kernel** kernel,
-                                       fas_sm90::PlanLayout* schedule) {
-    if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
-    if (layout.max_seqlen_q <= kMaxDecodeQueries) {
-        return concat("every sequence has at most ", kMaxDecodeQueries,
-                      " queries: decode-shaped plans take the paged family");
-    }
-    std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.dtype, layout.head_dim, layout.causal,
-                                                          device, /*paged=*/true);
-    if (why.empty()) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
-    *schedule = fas_sm90::PlanLayout{args.cu_seqlens_q, nullptr, kv.kv_lengths, kv.page_size, layout.batch_size,
-                                     layout.num_heads_q, layout.num_heads_k, layout.head_dim, layout.causal, false,
+std::string decode_shaped_reason() {
+    return concat("every sequence has at most ", kMaxDecodeQueries, " queries: decode-shaped plans take the paged family");
+}
+
+// Why the SM90 family cannot serve the plan ("" if it can, with *kernel set; *schedule is set
+// either way). Paged caches take it for chunked prefill only (more than kMaxDecodeQueries
+// queries in some sequence): the paged family keeps decode-shaped plans, whose packed query
+// tiles and KV splits suit them better.
+std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const fas_plan_args& args,
+                                 const DeviceProps& device, const fas_sm90::Kernel** kernel,
+                                 fas_sm90::PlanLayout* schedule) {
+    *schedule = fas_sm90::PlanLayout{args.cu_seqlens_q,     kv.cu_seqlens_k,    kv.kv_lengths,   kv.page_size,
+                                     layout.batch_size,     layout.num_heads_q, layout.num_heads_k,
+                                     layout.head_dim,       layout.causal,      layout.dtype == FAS_DTYPE_E4M3,
                                      device.sm_count};
+    if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
+    if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {
+        return decode_shaped_reason();
+    }
+    std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
+                                                          layout.causal, device, kv.paged);
+    if (why.empty() && kv.paged) {
+        why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
+    }
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);
-    if (why.empty()) *kernel = fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, true);
+    if (why.empty()) {
+        *kernel = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged);
+    }
     return why;
 }
 
@@ -202,30 +211,15 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     status = check_device(device_index, &device);
     if (status != FAS_SUCCESS) return status;
 
-    // Family choice: paged caches take the SM90 paged kernels for chunked prefill where they
-    // serve, else the paged family, as decode-shaped varlen plans do; the rest SM90 where a
-    // kernel is built for the request and the layout fits it, else FA2.
-    std::string sm90_paged_reason;
-    if (kv.paged) {
-        const fas_sm90::Kernel* kernel = nullptr;
-        fas_sm90::PlanLayout schedule{};
-        sm90_paged_reason = sm90_paged_unusable_reason(layout, kv, args, device, &kernel, &schedule);
-        if (kernel != nullptr) {
-            std::unique_ptr<fas_plan> plan(new fas_plan());
-            plan->device = device_index;
-            plan->layout = layout;
-            status = fas_sm90::create_plan(layout, kernel, schedule, args.cu_seqlens_q[0], kv.k_page_stride, device,
-                                           &plan->sm90);
-            if (status != FAS_SUCCESS) return status;
-            plan->family = FAS_FAMILY_SM90;
-            plan->kernel_head_dim = kernel->head_dim;
-            *plan_out = plan.release();
-            return FAS_SUCCESS;
-        }
-    }
+    // Family choice: decode-shaped varlen plans, and paged caches the SM90 family cannot serve
+    // (it takes their chunked prefill), go to the paged family; the rest to SM90 where a kernel
+    // is built for the request and the layout fits it, else FA2.
+    const fas_sm90::Kernel* sm90_kernel = nullptr;
+    fas_sm90::PlanLayout schedule_layout{};
+    const std::string sm90_reason = sm90_unusable_reason(layout, kv, args, device, &sm90_kernel, &schedule_layout);
     const fas_paged::Kernel* paged_kernel = nullptr;
     fas_paged::PlanRequest paged_request{};
-    if (kv.paged || (layout.max_seqlen_q <= kMaxDecodeQueries && args.disable_sm90 == 0)) {
+    if (kv.paged ? sm90_kernel == nullptr : layout.max_seqlen_q <= kMaxDecodeQueries && args.disable_sm90 == 0) {
         const std::string why = paged_unusable_reason(layout, kv, args, device, &paged_kernel, &paged_request);
         if (kv.paged && !why.empty()) {
             return fail(device.is_sm90() ? FAS_ERROR_NOT_BUILT : FAS_ERROR_UNSUPPORTED_DEVICE,
@@ -241,23 +235,9 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
         if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_PAGED;
         plan->kernel_head_dim = paged_kernel->head_dim;
-        plan->sm90_unused_reason = kv.paged ? sm90_paged_reason
-                                            : concat("every sequence has at most ", kMaxDecodeQueries,
-                                                     " queries: decode-shaped plans take the paged family");
+        plan->sm90_unused_reason = kv.paged ? sm90_reason : decode_shaped_reason();
         *plan_out = plan.release();
         return FAS_SUCCESS;
-    }
-    std::string sm90_reason;
-    const fas_sm90::Kernel* sm90_kernel = nullptr;
-    const fas_sm90::PlanLayout schedule_layout{args.cu_seqlens_q, kv.cu_seqlens_k, nullptr, 0, layout.batch_size,
-                                               layout.num_heads_q, layout.num_heads_k, layout.head_dim,
-                                               layout.causal, fp8, device.sm_count};
-    if (args.disable_sm90 != 0) {
-        sm90_reason = "disabled by fas_plan_args.disable_sm90";
-    } else {
-        sm90_reason = fas_sm90::kernel_unavailable_reason(args.dtype, out_dtype, layout.head_dim, layout.causal, device);
-        if (sm90_reason.empty()) sm90_reason = fas_sm90::layout_unsupported_reason(schedule_layout);
-        if (sm90_reason.empty()) sm90_kernel = fas_sm90::find_kernel(args.dtype, out_dtype, layout.head_dim, layout.causal);
     }
     if (fp8 && sm90_kernel == nullptr) {
         const bool wrong_device = !device.is_sm90();
@@ -279,7 +259,7 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     plan->device = device_index;
     plan->layout = layout;
     if (sm90_kernel != nullptr) {
-        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], 0, device,
+        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], kv, device,
                                        &plan->sm90);
         if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_SM90;

@@ -98,6 +98,14 @@ auto gmem_layout(int64_t rows, int heads, int64_t row_stride) {
     return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, HeadDim, row_stride, HeadDim);
 }
 
+// The epilogue's parameters: out in rows like q's, the LSE token-major.
+template <typename Assembly, typename Output, int HeadDim>
+typename Assembly::Epilogue::Params epilogue_params(const RaggedArgs& args) {
+    return Assembly::Epilogue::to_underlying_arguments(
+        {static_cast<Output*>(args.out), gmem_layout<HeadDim>(args.nnz_qo, args.num_qo_heads, args.out_row_stride),
+         args.lse, flashinfer::get_lse_gmem_layout(static_cast<int>(args.nnz_qo), args.num_qo_heads)});
+}
+
 // Launches an assembly's kernel with our scheduler over the plan's work list.
 template <typename Assembly, typename MainloopParams, typename EpilogueParams>
 cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogue, const RaggedArgs& args,
@@ -140,7 +148,6 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
                                         Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
     using Mainloop = typename Assembly::Mainloop;
-    using Epilogue = typename Assembly::Epilogue;
 
     // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
     const int64_t nnz_qo = args.nnz_qo;
@@ -151,10 +158,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
          static_cast<const Input*>(args.k), layout(nnz_kv, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(nnz_kv, args.num_kv_heads, args.v_row_stride),
          /*window_left=*/-1, Assembly::additional(args)});
-    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
-        {static_cast<Output*>(args.out), layout(nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
-         flashinfer::get_lse_gmem_layout(static_cast<int>(nnz_qo), args.num_qo_heads)});
-    return launch<Assembly>(mainloop, epilogue, args, stream);
+    return launch<Assembly>(mainloop, epilogue_params<Assembly, Output, HeadDim>(args), args, stream);
 }
 
 }  // namespace fas_sm90

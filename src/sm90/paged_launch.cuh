@@ -18,7 +18,6 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
     using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true>;
     using Mainloop = typename Assembly::Mainloop;
-    using Epilogue = typename Assembly::Epilogue;
     const auto layout = gmem_layout<HeadDim>;
     // K/V layouts give the loader the row and head strides within a page (their row count is unused).
     const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
@@ -27,10 +26,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
          /*window_left=*/-1, args.page_stride, args.page_stride, static_cast<uint32_t>(args.page_size),
          SoftmaxScaleOnly{args.softmax_scale}});
-    const typename Epilogue::Params epilogue = Epilogue::to_underlying_arguments(
-        {static_cast<Input*>(args.out), layout(args.nnz_qo, args.num_qo_heads, args.out_row_stride), args.lse,
-         flashinfer::get_lse_gmem_layout(static_cast<int>(args.nnz_qo), args.num_qo_heads)});
-    return launch<Assembly>(mainloop, epilogue, args, stream);
+    return launch<Assembly>(mainloop, epilogue_params<Assembly, Input, HeadDim>(args), args, stream);
 }
 
 }  // namespace fas_sm90

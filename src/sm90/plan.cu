@@ -14,7 +14,7 @@ using fas::fail;
 using fas::fail_cuda;
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
-                       int first_q_row, int64_t page_stride, const fas::DeviceProps& device,
+                       int first_q_row, const fas::KvCache& kv, const fas::DeviceProps& device,
                        std::unique_ptr<Plan>* out) {
     std::unique_ptr<Plan> plan(new Plan());
     // Layout limits were checked by the caller: what can fail here is CUDA itself (allocation,
@@ -39,11 +39,9 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     ragged.softmax_scale = layout.softmax_scale;
     ragged.device = device.index;
     if (kernel->paged) {
-        ragged.page_stride = page_stride;
-        ragged.page_size = schedule_layout.page_size;
-        for (int i = 0; i < schedule_layout.batch_size; ++i) {
-            plan->total_pages += (schedule_layout.kv_lengths[i] + schedule_layout.page_size - 1) / schedule_layout.page_size;
-        }
+        ragged.page_stride = kv.k_page_stride;
+        ragged.page_size = kv.page_size;
+        plan->total_pages = static_cast<int>(kv.total_pages);  // at most INT32_MAX (read_kv_cache)
     }
     schedule_fill_args(plan->schedule, &ragged);
     *out = std::move(plan);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "api/device.h"
+#include "api/kv_cache.h"
 #include "api/layout.h"
 #include "sm90/ragged_args.h"
 #include "sm90/schedule.h"
@@ -61,10 +62,10 @@ struct Plan {
     ~Plan() { schedule_destroy(schedule); }
 };
 
-// Layout limits are checked by the caller (layout_unsupported_reason). Paged kernels take the
-// cache's page stride (K's and V's are equal: paged_strides_unsupported_reason).
+// Layout limits are checked by the caller (layout_unsupported_reason). Paged kernels read the
+// cache's page stride (K's and V's are equal: paged_strides_unsupported_reason) and page count.
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanLayout& schedule_layout,
-                       int first_q_row, int64_t page_stride, const fas::DeviceProps& device,
+                       int first_q_row, const fas::KvCache& kv, const fas::DeviceProps& device,
                        std::unique_ptr<Plan>* out);
 
 // Empty if the paged kernels can read caches with these strides (elements), else why not: their
