@@ -64,9 +64,17 @@ TABLES = {
     "v3": {(False, 128, False): (128, 192, 2)},
     # FP8 hdim 128 with three consumer warpgroups (192x96 does not compile); docs/design/sm90-tiles.md.
     "v4": {(True, 128, False): (192, 128, 2), (True, 128, True): (192, 128, 2)},
+    # Head dims 96 and 192 (16-bit only), against the library's choice (docs/design/sm90-tiles.md).
+    "h1": {(False, 96, False): (192, 144, 2), (False, 96, True): (192, 128, 2),
+           (False, 192, False): (128, 96, 2), (False, 192, True): (128, 112, 2)},
+    "h2": {(False, 96, False): (128, 128, 2), (False, 96, True): (192, 96, 2),
+           (False, 192, False): (128, 80, 2), (False, 192, True): (128, 64, 2)},
+    "h3": {(False, 96, False): (128, 176, 2), (False, 96, True): (128, 176, 2),
+           (False, 192, False): (128, 64, 2), (False, 192, True): (128, 96, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
-KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 128, 256) for c in (False, True) if hd != 64 or not fp8]
+KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
+           if (hd != 64 or not fp8) and (hd in (64, 128, 256) or not fp8)]
 FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
          "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
          "--expt-extended-lambda", "--use_fast_math", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
@@ -79,7 +87,7 @@ def library_tiles(work: Path) -> dict:
     source = work / "print_tiles.cpp"
     source.write_text('#include <cstdio>\n#include <initializer_list>\n#include "sm90/tiles.h"\nint main() {\n'
                       "    for (int fp8 = 0; fp8 < 2; ++fp8)\n"
-                      "        for (int hd : {64, 128, 256})\n"
+                      "        for (int hd : {64, 96, 128, 192, 256})\n"
                       "            for (int causal = 0; causal < 2; ++causal) {\n"
                       "                const fas_sm90::TileShape t = fas_sm90::tile_shape(fp8, hd, causal);\n"
                       '                std::printf("%d %d %d %d %d %d\\n", fp8, hd, causal, t.q_rows, t.kv_rows, t.stages);\n'
@@ -105,7 +113,8 @@ def kernel_tu(fp8: bool, head_dim: int, causal: bool) -> KernelTU:
 
 def override_header(table: dict) -> str:
     lines = ["// Written by bench/tune_tiles.py: a tuning table for src/sm90/tiles.h.",
-             "constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal) {"]
+             "constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false) {",
+             "    if (paged) return {0, 0, 0};  // tuning builds hold no paged kernels"]
     for (fp8, hd, causal), (q, kv, stages) in sorted(table.items()):
         lines.append(f"    if (fp8 == {str(fp8).lower()} && head_dim == {hd} && causal == {str(causal).lower()}) "
                      f"return {{{q}, {kv}, {stages}}};")
@@ -182,8 +191,11 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     api_flags = [*FLAGS, *own, f"-I{REPO}/src/standins", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
                  "-DFAS_VERSION_MINOR=0", "-DFAS_VERSION_PATCH=0"]
     fa2_flags = [f"-I{root}/fa2", "-isystem", f"{root}/fi/cutlass/include"]  # FA2 headers, for src/fa2 only
-    host_sources = [*sorted((REPO / "src/api").glob("*.cpp")), REPO / "src/sm90/registry.cpp",
-                    REPO / "src/sm90/plan.cu", *sorted((REPO / "src/fa2").glob("*.c*"))]
+    def sources(folder: str) -> list[Path]:
+        return sorted(path for path in (REPO / folder).iterdir() if path.suffix in (".c", ".cpp", ".cu"))
+
+    host_sources = [*sources("src/api"), REPO / "src/sm90/registry.cpp", REPO / "src/sm90/plan.cu",
+                    *sources("src/fa2"), *sources("src/paged")]
     api_objs = []
     for source in host_sources:
         obj = objects / f"{source.parent.name}_{source.stem}_{kernel_set}.o"
@@ -220,7 +232,9 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         print(f"linked {variant}", flush=True)
 
 
-def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
+def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384), head_dims=(64, 128, 256),
+          extra_dims=()) -> None:
+    """extra_dims: (head dim, served by) rows for 16-bit head dims that a built one serves by round-up."""
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -236,7 +250,9 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
     print("TFLOPS, plan reused; ratio to SDPA cuDNN in brackets; shapes (q rows, kv rows, stages) per variant\n")
     print("| kernel | batch x seqlen | cuDNN | " + " | ".join(libs) + " |")
     print("| --- | --- | --- |" + " --- |" * len(libs))
-    for fp8, hd, causal in KERNELS:
+    rows = [(fp8, hd, causal, hd) for fp8, hd, causal in KERNELS if hd in head_dims]
+    rows += [(False, hd, causal, served) for hd, served in extra_dims for causal in (False, True)]
+    for fp8, hd, causal, served in rows:
         for seqlen in seqlens:
             batch = total // seqlen
             shape = (batch * seqlen, heads, hd)
@@ -260,7 +276,7 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384)) -> None:
                     cells.append("not built")
                     continue
                 ms = times[variant]
-                shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library_table)[(fp8, hd, causal)]))
+                shape_text = "x".join(map(str, table_of(variant.split(":")[-1], library_table)[(fp8, served, causal)]))
                 cells.append(f"{ba.tflops(flops, ms)} [{ba.ratio(ms, cudnn) if not fp8 else '-'}] ({shape_text})")
             name = f"{'fp8->bf16' if fp8 else 'bf16'} hd{hd} {'causal' if causal else 'full'}"
             print(f"| {name} | {batch}x{seqlen} | {ba.tflops(flops, cudnn)} | " + " | ".join(cells) + " |", flush=True)
@@ -306,6 +322,9 @@ def main() -> None:
     t.add_argument("--out", type=Path, nargs="+", required=True)
     t.add_argument("--repeats", type=int, default=5)
     t.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384], help="16384 tokens of each")
+    t.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256], help="kernel rows of these head dims")
+    t.add_argument("--round-up", nargs="*", default=[], metavar="HD:KERNEL_HD",
+                   help="rows for head dims served by a wider kernel, e.g. 80:96")
     args = parser.parse_args()
     if args.command == "pack":
         pack(args.archive)
@@ -313,7 +332,8 @@ def main() -> None:
         build(args.headers, args.out, args.jobs, args.first_include, args.variants, tuple(shlex.split(args.nvcc)),
               tuple(args.head_dims), not args.no_fp8)
     else:
-        bench(args.out, args.repeats, tuple(args.seqlens))
+        bench(args.out, args.repeats, tuple(args.seqlens), tuple(args.head_dims),
+              tuple(tuple(map(int, pair.split(":"))) for pair in args.round_up))
 
 
 if __name__ == "__main__":

@@ -258,7 +258,8 @@ def _paged_args(tu) -> tuple[str, ...]:
 
 OUTPUT_DTYPES = ("fp16", "bf16")
 FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
-SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shapes for
+SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shapes for, every SM90 table
+SM90_PREFILL_HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit varlen table also has 96 and 192
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
@@ -290,7 +291,7 @@ FAMILIES = {
         ),
         Family(
             name="sm90_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
-            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
         ),

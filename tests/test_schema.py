@@ -61,8 +61,11 @@ BAD = {
                                      "memory_estimates_gb: unknown key 'fa3_fwd'"),  # a shared anchor
     "unknown family": (lambda d: entry(d)["kernels"][0].update(family="fa3_fwd"),
                        "matrices.minimal.entries[0].kernels[0].family: 'fa3_fwd' is not allowed"),
-    "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 96]),
-                                       "matrices.minimal.entries[0].kernels[1].head_dims[1]: 96 is not allowed"),
+    "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 160]),
+                                       "matrices.minimal.entries[0].kernels[1].head_dims[1]: 160 is not allowed"),
+    "fp8 head dim without a tile shape": (lambda d: entry(d)["kernels"][2].update(family="sm90_fp8_prefill",
+                                                                                  head_dims=[96]),
+                                          "matrices.minimal.entries[0].kernels[2].head_dims[0]: 96 is not allowed"),
 }
 
 

@@ -164,13 +164,13 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     }
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
                                                           layout.causal, device, kv.paged);
-    if (why.empty() && kv.paged) {
-        why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
-    }
+    if (!why.empty()) return why;
+    const fas_sm90::Kernel* found =
+        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged);
+    schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work
+    if (kv.paged) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);
-    if (why.empty()) {
-        *kernel = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged);
-    }
+    if (why.empty()) *kernel = found;
     return why;
 }
 

@@ -71,11 +71,13 @@ fas_status query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_fam
     DeviceProps device{};
     status = check_current_device(&device);
     if (status != FAS_SUCCESS) return status;
-    const std::string sm90_reason = fas_sm90::kernel_unavailable_reason(dtype, fp8 ? -1 : static_cast<int>(dtype),
-                                                                        head_dim, causal != 0, device);
+    const int out_dtype = fp8 ? -1 : static_cast<int>(dtype);
+    const std::string sm90_reason = fas_sm90::kernel_unavailable_reason(dtype, out_dtype, head_dim, causal != 0, device);
     if (sm90_reason.empty()) {
         if (family != nullptr) *family = FAS_FAMILY_SM90;
-        if (kernel_head_dim != nullptr) *kernel_head_dim = head_dim;
+        if (kernel_head_dim != nullptr) {
+            *kernel_head_dim = fas_sm90::find_kernel(dtype, out_dtype, head_dim, causal != 0)->head_dim;
+        }
         return FAS_SUCCESS;
     }
     if (fp8) return fail(FAS_ERROR_NOT_BUILT, concat("FP8 (e4m3) plans need an SM90 kernel: ", sm90_reason));

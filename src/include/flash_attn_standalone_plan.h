@@ -12,8 +12,8 @@
  *          sequences all have at most 8 queries (decode) when a paged kernel of exactly this
  *          (dtype, head_dim) is built, the device has compute capability 9.0, out is
  *          contiguous and args->disable_sm90 is 0 (see PAGED KV CACHE);
- *     SM90 if the current device has compute capability 9.0, an SM90 kernel of exactly this
- *          (dtype, head_dim, causal) is built, args->disable_sm90 is 0, and the layout suits it
+ *     SM90 if the current device has compute capability 9.0, an SM90 kernel serves (dtype,
+ *          head_dim, causal) (see HEAD DIMS), args->disable_sm90 is 0, and the layout suits it
  *          (every sequence with queries has keys; a causal sequence has no more queries than
  *          keys; query tiles (128 or 192 rows) times num_heads_q at most
  *          2^30);
@@ -53,6 +53,18 @@
  *   synchronize the stream). An engine that plans per batch: create, run every layer, destroy
  *   async, all on one stream. Using a destroyed plan is undefined behaviour (the library
  *   detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
+ *
+ *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
+ *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128 and 256.
+ *   An fp16/bf16 varlen plan whose head_dim (a multiple of 8) has no kernel of its own runs on
+ *   the kernel of the next larger built head dim (ROUND-UP: head dim 80, the Qwen2.5-VL vision
+ *   tower's, and 72 or 88 run on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and
+ *   v at their real width (the missing columns count as zeros, so scores and the softmax are
+ *   those of the real head dim) and writes only head_dim columns of out; nothing beyond them is
+ *   read or written, so the tensors need no padding. fas_plan_info.kernel_head_dim and
+ *   fas_query_plan_support's *kernel_head_dim name the kernel that runs. FP8 and paged-KV
+ *   kernels serve their exact head dim only. The scale default (1/sqrt(head_dim)) uses the
+ *   real head dim.
  *
  *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
  *   (1 byte each; row strides in elements must then be multiples of 16), out is fp16 or bf16
@@ -292,7 +304,8 @@ FAS_API fas_status fas_plan_destroy_async(fas_plan* plan, cudaStream_t stream);
 FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
 
 /* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
- * layout the SM90 kernels accept (see PLANS for the layout conditions). For FAS_DTYPE_E4M3 it
+ * layout the SM90 kernels accept (see PLANS for the layout conditions), and the head dim of the
+ * kernel that would run (SM90 or FA2 round-up: see HEAD DIMS). For FAS_DTYPE_E4M3 it
  * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
  * lists the output dtypes. On FAS_SUCCESS stores
  * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).

@@ -2,7 +2,7 @@
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
 // (StandardFP8Attention, per-head descales), without sliding window (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
-// (sm90/ordered_epilogue.cuh), the shared-memory layout (sm90/shared_storage.cuh), the FP8
+// (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
 // are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
@@ -57,11 +57,11 @@ template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, i
 struct Assembly16 {
     using Additional = SoftmaxScaleOnly;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
-                                                     Input, Input, Output, int32_t, OrderedEpilogueAttention>;
+                                                     Input, Input, Output, int32_t, flashinfer::StandardAttention>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
     using Mainloop = std::conditional_t<Paged, flashinfer::SparseCollectiveMainloop<Additional, Traits, Causal>,
                                         flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
-    using Epilogue = flashinfer::CollectiveEpilogue<Traits>;
+    using Epilogue = Epilogue16<Traits>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                              /*LEFT_SLIDING_WINDOW=*/false, Causal,
@@ -92,17 +92,17 @@ struct AssemblyFp8 {
 template <typename Input>
 constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
 
-// Rows of `heads` contiguous heads of HeadDim elements, row_stride elements apart.
-template <int HeadDim>
-auto gmem_layout(int64_t rows, int heads, int64_t row_stride) {
-    return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, HeadDim, row_stride, HeadDim);
+// Rows of `heads` contiguous heads of head_dim elements (the request's, <= the kernel's), row_stride
+// elements apart.
+inline auto gmem_layout(int64_t rows, int heads, int head_dim, int64_t row_stride) {
+    return flashinfer::get_gmem_layout(static_cast<int>(rows), heads, head_dim, row_stride, head_dim);
 }
 
 // The epilogue's parameters: out in rows like q's, the LSE token-major.
-template <typename Assembly, typename Output, int HeadDim>
+template <typename Assembly, typename Output>
 typename Assembly::Epilogue::Params epilogue_params(const RaggedArgs& args) {
     return Assembly::Epilogue::to_underlying_arguments(
-        {static_cast<Output*>(args.out), gmem_layout<HeadDim>(args.nnz_qo, args.num_qo_heads, args.out_row_stride),
+        {static_cast<Output*>(args.out), gmem_layout(args.nnz_qo, args.num_qo_heads, args.head_dim, args.out_row_stride),
          args.lse, flashinfer::get_lse_gmem_layout(static_cast<int>(args.nnz_qo), args.num_qo_heads)});
 }
 
@@ -142,9 +142,13 @@ template <typename Input, typename Output, int HeadDim, bool Causal,
           int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
           int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
 cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
-    static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
-                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
+    static_assert(HeadDim % 32 == 0 && HeadDim <= 256, "FlashInfer's SM90 traits take head dims that are multiples of 32");
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
+    // A narrower head dim is read through tensor maps of its width (TMA zero-fills the rest) and
+    // written by the 16-bit epilogue's column predicate; the FP8 epilogue writes whole rows.
+    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (kIsFp8<Input> && args.head_dim != HeadDim)) {
+        return cudaErrorInvalidValue;
+    }
     using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
                                         Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
     using Mainloop = typename Assembly::Mainloop;
@@ -152,13 +156,13 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
     const int64_t nnz_qo = args.nnz_qo;
     const int64_t nnz_kv = args.nnz_kv;
-    const auto layout = gmem_layout<HeadDim>;
+    const int d = args.head_dim;
     const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
-        {static_cast<const Input*>(args.q), layout(nnz_qo, args.num_qo_heads, args.q_row_stride),
-         static_cast<const Input*>(args.k), layout(nnz_kv, args.num_kv_heads, args.k_row_stride),
-         static_cast<const Input*>(args.v), layout(nnz_kv, args.num_kv_heads, args.v_row_stride),
+        {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
+         static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
+         static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
          /*window_left=*/-1, Assembly::additional(args)});
-    return launch<Assembly>(mainloop, epilogue_params<Assembly, Output, HeadDim>(args), args, stream);
+    return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
 }
 
 }  // namespace fas_sm90

@@ -1,123 +1,204 @@
-// Our epilogues for FlashInfer's SM90 prefill kernels (fp16/bf16 and FP8), selected through our
-// own attention variant types. It fixes a race in the pinned upstream epilogue (flashinfer-python
-// 0.7.2.post1, hopper/epilogue.cuh, CollectiveEpilogue::store):
+// Our epilogues for FlashInfer's SM90 prefill kernels.
 //
-//  * Every consumer thread does `bar.arrive` and then `bar.sync` on the same named barrier with
-//    the count of consumer threads. Both instructions count arrivals, so the barrier can complete
-//    with one warpgroup's arrive+sync before the other warpgroup has staged its rows in shared
-//    memory; the early warpgroup then copies stale shared memory (last V tile, which smem_o
-//    overlays) to global memory (docs/design/epilogue-race.md).
-//  * After the shared-to-global copy nothing waits for all consumer threads; only the last warp
-//    releases barrier_O, which lets the producer TMA-load the next tile's V over smem_o. Without
-//    the warp scheduler barrier (hdim 256) other warps can still be reading smem_o then.
+// 16-bit kernels: Epilogue16, our own. It replaces the pinned upstream epilogue
+// (flashinfer-python 0.7.2.post1, hopper/epilogue.cuh, CollectiveEpilogue::store), which
+//
+//  * races: every consumer thread does `bar.arrive` and then `bar.sync` on the same named barrier
+//    with the count of consumer threads. Both instructions count arrivals, so the barrier can
+//    complete with one warpgroup's arrive+sync before the other warpgroup has staged its rows in
+//    shared memory; the early warpgroup then copies stale shared memory (last V tile, which smem_o
+//    overlays) to global memory (docs/design/epilogue-race.md). After the copy nothing waits for
+//    all consumer threads; only the last warp releases barrier_O, which lets the producer
+//    TMA-load the next tile's V over smem_o while other warps may still read it;
+//  * stores every column of the tile and needs head_dim / 8 to divide the consumer threads (no
+//    head dim 96 or 192 with 128-row tiles).
 //
 // Here: one full consumer barrier between staging and the copy, and one after the copy (which
-// also keeps the next tile's staging off smem_o until every copy is done). Where smem_o overlays
-// V (sm90/shared_storage.cuh), staging waits for all consumers to be done with V first.
-// Everything else (layouts, params, store_zero) is the upstream epilogue's, inherited. The FP8
-// epilogue (hopper/quantization/epilogue.cuh) stages correctly (sync only) but has the second
-// hazard (smem_o overlays smem_vt, refilled by the producer after barrier_O; at hdim 64 no warp
-// scheduler barrier orders the warpgroups): where that overlay exists it gets the trailing
-// barrier.
+// also keeps the next tile's staging off smem_o until every copy is done); where smem_o overlays
+// V (sm90/shared_storage.cuh), staging waits for all consumers to be done with V first. The copy
+// to global memory predicates rows and columns: a kernel of head dim D serves a narrower head
+// dim d (a multiple of 8, d <= D) whose tensors the mainloop reads through tensor maps of width
+// d (TMA fills the missing columns with zeros, so they add nothing to Q.K and give zero output
+// columns), and only d columns are written.
+//
+// FP8 kernels: the upstream epilogue (hopper/quantization/epilogue.cuh), which stages correctly
+// (sync only) but has the second hazard (smem_o overlays smem_vt, refilled by the producer after
+// barrier_O; at hdim 64 no warp scheduler barrier orders the warpgroups): where that overlay
+// exists it gets the trailing barrier, through a specialization selected by our variant type.
 #ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
 #define FAS_SM90_ORDERED_EPILOGUE_CUH
 
-#include <flashinfer/attention/hopper/epilogue.cuh>
-#include <flashinfer/attention/hopper/kernel_traits.cuh>
 #include <flashinfer/attention/hopper/named_barrier.cuh>
 #include <flashinfer/attention/hopper/quantization/epilogue.cuh>
 #include <flashinfer/attention/hopper/quantization/kernel_traits.cuh>
+#include <flashinfer/attention/hopper/utils.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
 
 #include "sm90/shared_storage.cuh"
 
 namespace fas_sm90 {
 
-// FlashInfer's StandardAttention under our own name, so that kernel traits built with it pick
-// the epilogue below; the attention math is unchanged.
-struct OrderedEpilogueAttention : flashinfer::StandardAttention {
-    using flashinfer::StandardAttention::StandardAttention;
-};
-
-// Likewise for the FP8 kernels' StandardFP8Attention.
+// FlashInfer's StandardFP8Attention under our own name, so that FP8 kernel traits built with it
+// pick the FP8 epilogue below; the attention math is unchanged.
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
     using flashinfer::StandardFP8Attention::StandardFP8Attention;
 };
 
-}  // namespace fas_sm90
+// Threads that copy one output row: 16-byte vectors, a power of two that divides the row's
+// vectors, at most 32 (head dim 64: 8, 96: 4, 128: 16, 192: 8, 256: 32).
+constexpr int copy_threads_per_row(int vectors) {
+    int threads = 1;
+    while (threads < 32 && vectors % (threads * 2) == 0) threads *= 2;
+    return threads;
+}
 
-namespace flashinfer {
+template <typename Traits>
+struct Epilogue16 {
+    using DTypeO = typename Traits::DTypeO;
+    static constexpr int kCtaQ = Traits::CTA_Q;
+    static constexpr int kHeadDim = Traits::HEAD_DIM_VO;
+    static constexpr int kConsumers = Traits::NUM_MMA_THREADS;
+    using TileO = cute::Shape<cute::Int<kCtaQ>, cute::Int<kHeadDim>>;
+    using SmemLayoutO = typename Traits::SmemLayoutO;
+    using StageAtom = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, DTypeO>;
 
-template <bool kUseTmaLoadKV, int kHeadDimQK, int kHeadDimVO, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ,
-          typename DTypeKV, typename DTypeO, typename IdType>
-struct CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV, kStages, DTypeQ,
-                                                DTypeKV, DTypeO, IdType, fas_sm90::OrderedEpilogueAttention>>
-    : CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV, kStages, DTypeQ,
-                                               DTypeKV, DTypeO, IdType, StandardAttention>> {
-    using Upstream = CollectiveEpilogue<AttentionKernelTraits<kUseTmaLoadKV, kHeadDimQK, kHeadDimVO, kCtaQ, kCtaKV,
-                                                              kStages, DTypeQ, DTypeKV, DTypeO, IdType,
-                                                              StandardAttention>>;
-    using typename Upstream::Params;
+    static constexpr int kVector = 16 / sizeof(DTypeO);
+    static constexpr int kThreadsPerRow = copy_threads_per_row(kHeadDim / kVector);
+    static_assert(kConsumers % kThreadsPerRow == 0, "consumer threads must tile the output rows");
+    using CopyOut = decltype(cute::make_tiled_copy(
+        cute::Copy_Atom<cute::UniversalCopy<cutlass::uint128_t>, DTypeO>{},
+        cute::make_layout(cute::make_shape(cute::Int<kConsumers / kThreadsPerRow>{}, cute::Int<kThreadsPerRow>{}),
+                          cute::LayoutRight{}),
+        cute::make_layout(cute::make_shape(cute::_1{}, cute::Int<kVector>{}), cute::LayoutRight{})));
+
+    // out: (rows, head dim, heads) with the real head dim (<= kHeadDim); LSE token-major.
+    using LayoutO = cute::Layout<cute::Shape<int32_t, int32_t, int32_t>, cute::Stride<int64_t, cute::_1, int64_t>>;
+    using LayoutLse = cute::Layout<cute::Shape<int32_t, int32_t>, cute::Stride<cute::_1, int64_t>>;
+    struct Arguments {
+        DTypeO* O_ptr;
+        LayoutO layout_O;
+        float* lse_ptr;
+        LayoutLse layout_LSE;
+    };
+    using Params = Arguments;
+
+    static Params to_underlying_arguments(const Arguments& args) { return args; }
+    CUTLASS_DEVICE static void prefetch_tma_descriptors(const Params&) {}
+    CUTLASS_DEVICE void store_tail() {}
 
     // Barriers over all consumer threads (the producer warpgroup takes no part in the epilogue).
-    static CUTLASS_DEVICE void consumers_sync(NamedBarriers id) {
-        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, static_cast<int>(id));
+    template <typename Id>
+    static CUTLASS_DEVICE void consumers_sync(Id id) {
+        cutlass::arch::NamedBarrier::sync(kConsumers, static_cast<int>(id));
     }
-    static CUTLASS_DEVICE void consumers_sync(cutlass::arch::ReservedNamedBarriers id) {
-        cutlass::arch::NamedBarrier::sync(Upstream::NUM_MMA_THREADS, id);
+
+    // The query tile a work item stores: its index within the sequence, its query head, the
+    // sequence's first row and length.
+    struct Where {
+        int tile, qo_head, qo_start, qo_len;
+        CUTLASS_DEVICE int rows_left() const { return qo_len - tile * kCtaQ; }
+    };
+    template <typename BlockCoord>
+    static CUTLASS_DEVICE Where where(const BlockCoord& block_coord) {
+        return {cute::get<0>(block_coord), cute::get<1>(block_coord), cute::get<3>(block_coord),
+                cute::get<5>(block_coord)};
+    }
+
+    // The tile's rows of out (all kHeadDim columns; only the real ones may be written).
+    static CUTLASS_DEVICE auto out_tile(const Params& params, const Where& at) {
+        using namespace cute;
+        Tensor out = make_tensor(make_gmem_ptr(params.O_ptr + int64_t(at.qo_start) * stride<0>(params.layout_O)),
+                                 params.layout_O);
+        return flashinfer::get_local_tile_tensor(out, TileO{}, at.qo_head, 0, at.qo_len)(_, _, at.tile);
+    }
+
+    static CUTLASS_DEVICE auto lse_tile(const Params& params, const Where& at) {
+        using namespace cute;
+        return flashinfer::get_lse_local_tile_tensor(make_tensor(make_gmem_ptr(params.lse_ptr), params.layout_LSE),
+                                                     Shape<Int<kCtaQ>>{}, at.qo_head, at.qo_start, at.qo_len)(_, at.tile);
+    }
+
+    // Copies this thread's vectors of src (its partition of a tile) that fall inside the tile's
+    // rows and the real columns to out.
+    template <typename Src>
+    static CUTLASS_DEVICE void copy_inside(const Params& params, const Src& src, int thread_idx, const Where& at) {
+        using namespace cute;
+        CopyOut copy_out;
+        auto thread_copy = copy_out.get_slice(thread_idx);
+        Tensor dst = flashinfer::flatten_1(thread_copy.partition_D(out_tile(params, at)));
+        const int rows_left = at.rows_left();
+        const int columns = get<1>(params.layout_O.shape());
+        if (rows_left >= kCtaQ && columns == kHeadDim) {
+            copy(copy_out, src, dst);
+        } else {
+            Tensor coords = flashinfer::flatten_1(thread_copy.partition_D(make_identity_tensor(TileO{})));
+            auto inside = [&](auto i) {
+                auto coord = coords(_0{}, i);
+                return get<0>(coord) < rows_left && get<1>(coord) < columns;
+            };
+            copy_if(copy_out, inside, src, dst);
+        }
     }
 
     template <typename BlockCoord, typename SharedStorage, typename FrgTensorO, typename FrgTensorLSE,
               typename TiledMma>
-    CUTLASS_DEVICE void store(Params const& params, FrgTensorO const& acc_o, FrgTensorLSE const& row_lse,
+    CUTLASS_DEVICE void store(const Params& params, const FrgTensorO& acc_o, const FrgTensorLSE& row_lse,
                               SharedStorage& shared_storage, TiledMma tiled_mma, int thread_idx,
-                              BlockCoord const& block_coord) {
+                              const BlockCoord& block_coord) {
         using namespace cute;
-        const int tile = get<0>(block_coord);
-        const int qo_head = get<1>(block_coord);
-        const int qo_start = get<3>(block_coord);
-        const int qo_len = get<5>(block_coord);
-        const int rows_left = qo_len - tile * Upstream::CTA_Q;
-
-        Tensor staged = make_tensor(make_smem_ptr(shared_storage.smem_o.data()), typename Upstream::SmemLayoutO{});
+        const Where at = where(block_coord);
+        Tensor staged = make_tensor(make_smem_ptr(shared_storage.smem_o.data()), SmemLayoutO{});
 
         // Where smem_o overlays smem_v, no consumer may still be reading V.
-        if constexpr (fas_sm90::kOOverlaysV<SharedStorage>) consumers_sync(NamedBarriers::kValueEmpty);
+        if constexpr (kOOverlaysV<SharedStorage>) consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
         {
-            auto stsm = make_tiled_copy_C(typename Upstream::SmemCopyAtomO{}, tiled_mma);
+            auto stsm = make_tiled_copy_C(StageAtom{}, tiled_mma);
             auto thread_stsm = stsm.get_thread_slice(thread_idx);
-            Tensor narrowed = convert_type<typename Upstream::DTypeO>(acc_o);
-            cute::copy(stsm, thread_stsm.retile_S(narrowed), thread_stsm.partition_D(staged));
+            Tensor narrowed = flashinfer::convert_type<DTypeO>(acc_o);
+            copy(stsm, thread_stsm.retile_S(narrowed), thread_stsm.partition_D(staged));
         }
 
         // LSE straight from registers: the thread that holds column 0 of a row writes it.
         if (params.lse_ptr != nullptr) {
-            Tensor lse_rows = get_lse_local_tile_tensor(make_tensor(make_gmem_ptr(params.lse_ptr), params.layout_LSE),
-                                                        Shape<Int<Upstream::CTA_Q>>{}, qo_head, qo_start,
-                                                        qo_len)(_, tile);
-            Tensor coords = tiled_mma.get_thread_slice(thread_idx)
-                                .partition_C(make_identity_tensor(select<0, 1>(typename Upstream::TileShape_PDV{})));
+            Tensor lse_rows = lse_tile(params, at);
+            Tensor coords = tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(TileO{}));
             Tensor row_coords = coords(make_coord(_0{}, _, _0{}), _, _0{});
             if (get<1>(row_coords(_0{})) == 0) {
                 CUTLASS_PRAGMA_UNROLL
                 for (int i = 0; i < size(row_lse); ++i) {
                     const int row = get<0>(row_coords(i));
-                    if (row < rows_left) lse_rows(row) = row_lse(i);
+                    if (row < at.rows_left()) lse_rows(row) = row_lse(i);
                 }
             }
         }
 
         // Every warpgroup's rows are staged before anyone copies the tile out.
         consumers_sync(cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-        typename Upstream::TiledCopyO copy_out;
-        write_O<Upstream::NUM_COPY_THREADS>(params.O_ptr, copy_out, params.layout_O,
-                                            select<0, 1>(typename Upstream::TileShape_PDV{}), staged, thread_idx,
-                                            tile, qo_head, qo_start, qo_len, Upstream::NUM_WARPS - 1);
+        copy_inside(params, flashinfer::flatten_1(CopyOut{}.get_slice(thread_idx).partition_S(staged)), thread_idx, at);
         // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O),
         // nor once the next tile is staged.
-        consumers_sync(NamedBarriers::kValueEmpty);
+        consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
+    }
+
+    // A query tile that sees no key: zero output and LSE -infinity (log2 units, as store's).
+    template <typename BlockCoord, typename SharedStorage>
+    CUTLASS_DEVICE void store_zero(const Params& params, SharedStorage&, int thread_idx,
+                                   const BlockCoord& block_coord) {
+        using namespace cute;
+        const Where at = where(block_coord);
+        Tensor zeros = make_fragment_like(
+            flashinfer::flatten_1(CopyOut{}.get_slice(thread_idx).partition_D(out_tile(params, at))));
+        clear(zeros);
+        copy_inside(params, zeros, thread_idx, at);
+        if (params.lse_ptr != nullptr && thread_idx < kCtaQ && thread_idx < at.rows_left()) {
+            lse_tile(params, at)(thread_idx) = -INFINITY;
+        }
     }
 };
+
+}  // namespace fas_sm90
+
+namespace flashinfer {
 
 template <bool kUseTmaLoadKV, int kHeadDim, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ, typename DTypeKV,
           typename DTypeO, typename IdType>

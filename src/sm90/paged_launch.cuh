@@ -12,13 +12,16 @@ namespace fas_sm90 {
 template <typename Input, int HeadDim, bool Causal>
 cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
-                  "FlashInfer's SM90 prefill kernels exist for head dims 64, 128 and 256 only");
+                  "the paged tile table (sm90/tiles.h) has head dims 64, 128 and 256");
+    if (args.head_dim != HeadDim) return cudaErrorInvalidValue;  // the page gather copies whole rows
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
     using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true>;
     using Mainloop = typename Assembly::Mainloop;
-    const auto layout = gmem_layout<HeadDim>;
+    const auto layout = [](int64_t rows, int heads, int64_t row_stride) {
+        return gmem_layout(rows, heads, HeadDim, row_stride);
+    };
     // K/V layouts give the loader the row and head strides within a page (their row count is unused).
     const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
         {static_cast<const Input*>(args.q), layout(args.nnz_qo, args.num_qo_heads, args.q_row_stride),
@@ -26,7 +29,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
          /*window_left=*/-1, args.page_stride, args.page_stride, static_cast<uint32_t>(args.page_size),
          SoftmaxScaleOnly{args.softmax_scale}});
-    return launch<Assembly>(mainloop, epilogue_params<Assembly, Input, HeadDim>(args), args, stream);
+    return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }
 
 }  // namespace fas_sm90

@@ -38,11 +38,14 @@ struct RaggedArgs {
     int64_t k_row_stride;
     int64_t v_row_stride;
     int64_t out_row_stride;
-    // Head strides are head_dim: heads are contiguous within a row.
+    // Head strides are head_dim (below): heads are contiguous within a row.
     int64_t nnz_qo;  // rows of q / out addressed from the base pointer (cu_seqlens_q[batch])
     int64_t nnz_kv;  // rows of k / v addressed from the base pointer (cu_seqlens_k[batch])
     int num_qo_heads;
     int num_kv_heads;
+    // Elements of one head's row as the tensors hold it: the kernel's head dim, or a narrower
+    // multiple of 8 that a 16-bit varlen kernel serves by round-up (sm90/launch.cuh).
+    int head_dim;
     float softmax_scale;
     // FP8 kernels only: optional device fp32 arrays, per query head (q) and per KV head (k, v);
     // a stored value times its descale is the real value. NULL = 1.

@@ -44,15 +44,21 @@ int num_kernels() { return kNumKernels; }
 
 const Kernel& kernel(int index) { return kTable[index]; }
 
+bool rounds_up(fas_dtype dtype, bool paged) { return dtype != FAS_DTYPE_E4M3 && !paged; }
+
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged) {
+    // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it.
+    const Kernel* best = nullptr;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
-        if (entry.dtype == dtype && (out_dtype < 0 || entry.out_dtype == out_dtype) && entry.head_dim == head_dim &&
-            entry.causal == causal && entry.paged == paged) {
-            return &entry;
+        if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) || entry.causal != causal ||
+            entry.paged != paged) {
+            continue;
         }
+        const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
+        if (fits && (best == nullptr || entry.head_dim < best->head_dim)) best = &entry;
     }
-    return nullptr;
+    return best;
 }
 
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
@@ -71,7 +77,8 @@ std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_d
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
     return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged),
                        " is built (SM90 kernels of this build: ", built.empty() ? "none" : built,
-                       "; they serve their exact head dim only)");
+                       "; fp16/bf16 varlen kernels also serve narrower head dims, FP8 and paged ones their exact "
+                       "head dim only)");
 }
 
 int query_tile_rows(const Kernel& kernel) {

@@ -23,7 +23,7 @@ struct PlanLayout {
     int batch_size;
     int num_heads_q;
     int num_heads_k;
-    int head_dim;  // kernel head dim: 64, 128 or 256
+    int head_dim;  // the kernel's head dim (sm90/tiles.h), which may exceed the request's (round-up)
     bool causal;
     bool fp8;      // e4m3 inputs (the FP8 kernels' tile shapes)
     int sm_count;  // of the device the plan is made on (the current device)

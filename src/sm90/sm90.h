@@ -33,7 +33,11 @@ struct Kernel {
 int num_kernels();
 const Kernel& kernel(int index);
 
-// out_dtype < 0: any output dtype (capability queries).
+// The kernel that serves (dtype, out_dtype, head_dim, causal, paged), or NULL: one of exactly
+// head_dim, else, for fp16/bf16 varlen requests, the narrowest built head dim above it (round-up:
+// TMA zero-fills the missing columns, the epilogue writes only the real ones). out_dtype < 0:
+// any output dtype (capability queries).
+bool rounds_up(fas_dtype dtype, bool paged);
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false);
 
 // Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,

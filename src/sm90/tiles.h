@@ -17,8 +17,9 @@ struct TileShape {
 #include FAS_SM90_TILES_OVERRIDE
 #else
 // FlashInfer's own choices for these kernels (flashinfer-python 0.7.2.post1) except three shapes
-// our H100 tuning chose: hdim 64 causal, hdim 128 non-causal, hdim 256 causal (measurements:
-// docs/design/sm90-tiles.md). Shared memory bounds them: Q tile + stages * (K + V [+ V
+// our H100 tuning chose: hdim 64 causal, hdim 128 non-causal, hdim 256 causal; head dims 96 and
+// 192 (which FlashInfer does not build) are ours too (measurements: docs/design/sm90-tiles.md:
+// 192-row tiles spill at 96). Shared memory bounds them: Q tile + stages * (K + V [+ V
 // transposed, FP8]) tiles within 227 KiB.
 //
 // Paged KV (cp.async page gather by four producer warps): FlashInfer's choices for its paged SM90
@@ -38,7 +39,9 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
         return {128, 128, 2};
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
+    if (head_dim == 96) return TileShape{128, 128, 2};
     if (head_dim == 128) return TileShape{128, 128, 2};
+    if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
     return causal ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }
 #endif

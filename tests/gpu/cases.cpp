@@ -164,6 +164,11 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
             fas_plan_destroy(plan);
             return {false, "plan uses the wrong family" + plan_detail};
         }
+        if (c.expect_kernel_head_dim != 0 && info.kernel_head_dim != c.expect_kernel_head_dim) {
+            fas_plan_destroy(plan);
+            return {false, "plan uses the wrong kernel head dim (expected " + std::to_string(c.expect_kernel_head_dim) +
+                               ")" + plan_detail};
+        }
         fas_plan_run_args run_args;
         fas_plan_run_args_init(&run_args);
         run_args.q = args.q;

@@ -176,6 +176,19 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         std::printf("[SKIP] qwen2.5-vl-vision     %s hdim=80: %s\n", dtype_name(dtype), fas_get_last_error());
         ++tally->skipped;
     }
+    // The vision tower through the plan API where an SM90 kernel serves head dim 80 (round-up):
+    // windows of 64 patches and whole images.
+    fas_family vision_family = FAS_FAMILY_FA2;
+    if (fas_query_plan_support(dtype, 80, 0, &vision_family, nullptr) == FAS_SUCCESS &&
+        vision_family == FAS_FAMILY_SM90) {
+        AttentionCase vision = varlen_case("qwen2.5-vl-vision-plan", dtype, 16, 16, 80, false,
+                                           quick ? std::vector<int>{64, 64, 3, 200}
+                                                 : std::vector<int>{64, 64, 64, 64, 576, 1296, 3});
+        vision.use_plan = true;
+        vision.plan_runs = 2;
+        vision.expect_family = FAS_FAMILY_SM90;
+        cases.push_back(vision);
+    }
     // The LLM config through the plan API when an SM90 kernel serves it: one plan, several runs
     // that must agree bit for bit.
     fas_family llm_family = FAS_FAMILY_FA2;
@@ -228,6 +241,28 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 sm90.expect_family = FAS_FAMILY_SM90;
                 sm90.fp8 = fp8;
                 cases.push_back(sm90);
+            }
+            // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
+            // zero-fill, column-predicated stores): GQA 1 and 7, padded rows that must stay untouched.
+            for (const int narrower : {info.head_dim - 16, info.head_dim - 24}) {
+                fas_family family = FAS_FAMILY_FA2;
+                int served_by = 0;
+                if (fp8 || narrower < 8 ||
+                    fas_query_plan_support(dtype, narrower, info.causal, &family, &served_by) != FAS_SUCCESS ||
+                    family != FAS_FAMILY_SM90 || served_by != info.head_dim) {
+                    continue;
+                }
+                const bool wide_gqa = narrower == info.head_dim - 24;
+                AttentionCase roundup = varlen_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
+                                                    wide_gqa ? 2 : 16, narrower, info.causal != 0,
+                                                    quick ? std::vector<int>{1, 37, 200, 129}
+                                                          : std::vector<int>{64, 1, 4097, 37, 200, 129, 3});
+                roundup.row_padding = 8;
+                roundup.use_plan = true;
+                roundup.plan_runs = 2;
+                roundup.expect_family = FAS_FAMILY_SM90;
+                roundup.expect_kernel_head_dim = info.head_dim;
+                cases.push_back(roundup);
             }
             // Thousands of short sequences: more query tiles per head (5000) than the 4096 up to
             // which FlashInfer's own planner used the per-head schedule.

@@ -144,6 +144,7 @@ struct AttentionCase {
     bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
     int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
     int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)
+    int expect_kernel_head_dim = 0;  // with use_plan: fas_plan_info.kernel_head_dim must be this (0 = any)
     bool disable_sm90 = false;    // with use_plan: fas_plan_args.disable_sm90
     bool fp8 = false;             // with use_plan: q/k/v in e4m3 with per-head descales; dtype is out's
 };
