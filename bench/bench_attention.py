@@ -74,12 +74,14 @@ class Library(fas_ctypes.Library):
         run.keepalive = (args, workspace)
         return run
 
-    def plan_fns(self, q, k, v, out, causal, lengths):
+    def plan_fns(self, q, k, v, out, causal, lengths, window=None):
         """(run with the plan reused, run with planning in every call, family name) for a
         varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
-        make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output."""
+        make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output. window:
+        FlashAttention's (left, right), None = none."""
         plan_args = fas_ctypes.plan_args(lengths, fas_dtype(q), q.shape[1], k.shape[1], q.shape[2], causal,
-                                         torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out))
+                                         torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out),
+                                         window=window)
         run_args = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
                                    stream=plan_args.stream)
         plan = self.plan_create(plan_args)
@@ -105,11 +107,11 @@ class Libraries:
     def __init__(self, artifacts):
         self.libs = [Library(a) for a in artifacts]
 
-    def plan_fns(self, *args):
+    def plan_fns(self, *args, **kwargs):
         errors = []
         for lib in self.libs:
             try:
-                return lib.plan_fns(*args)
+                return lib.plan_fns(*args, **kwargs)
             except RuntimeError as error:
                 errors.append(str(error))
         raise RuntimeError("; ".join(errors))
@@ -237,6 +239,47 @@ def dense_rows(libs, args):
     return rows
 
 
+def vision_rows(libs, args):
+    """The Qwen2.5-VL vision tower (16 heads, head dim 80, bidirectional): windows of 64 and
+    256 patches (16k tokens), whole images of 1296, 4096 and 16384 patches; bf16."""
+    rows = []
+    for batch, seqlen, what in ((256, 64, "windows"), (64, 256, "windows"), (1, 1296, "image"), (1, 4096, "image"),
+                                (1, 16384, "image")):
+        q, k, v = (torch.randn(batch, seqlen, 16, 80, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        out = torch.empty_like(q)
+        flat = [t.view(batch * seqlen, 16, 80) for t in (q, k, v, out)]
+        fns = {}
+        fns["ours"], fns["with_plan"], family = libs.plan_fns(*flat, False, [seqlen] * batch)
+        fns["cudnn"] = sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, False)
+        fns["flash"] = sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, False)
+        flops = 4.0 * batch * 16 * seqlen * seqlen * 80
+        rows.append(("bf16", 80, f"vision {what}", f"{batch}x{seqlen}", family,
+                     *timed_cells(flops, fns, args.repeats)))
+    return rows
+
+
+def window_rows(libs, args):
+    """A causal sliding window (left 4096, Mistral-like) on one 32k sequence, hdim 128, against
+    the same plan without a window; the window's TFLOPS count the scores inside the window only
+    (query i sees min(i, 4096) + 1 keys), so equal TFLOPS mean equal speed per useful score."""
+    seqlen, left, heads = 32768, 4096, 16
+    q, k, v = (torch.randn(seqlen, heads, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    out = torch.empty_like(q)
+    inside = sum(min(i, left) + 1 for i in range(seqlen))
+    plain = {}
+    plain["ours"], plain["with_plan"], family = libs.plan_fns(q, k, v, out, True, [seqlen])
+    windowed = {}
+    windowed["ours"], windowed["with_plan"], window_family = libs.plan_fns(q, k, v, out, True, [seqlen],
+                                                                          window=(left, 0))
+    times = median_ms_each({"plain": plain["ours"], "window": windowed["ours"]}, args.repeats)
+    plain_tflops = 4.0 * heads * 128 * seqlen * (seqlen + 1) / 2 / (times["plain"] * 1e9)
+    window_tflops = 4.0 * heads * 128 * inside / (times["window"] * 1e9)
+    return [("bf16", 128, "causal, no window", f"1x{seqlen}", family, f"{plain_tflops:.0f}", f"{times['plain']:.3f} ms",
+             "-"),
+            ("bf16", 128, f"causal, window ({left}, 0)", f"1x{seqlen}", window_family, f"{window_tflops:.0f}",
+             f"{times['window']:.3f} ms", f"{window_tflops / plain_tflops:.2f}x")]
+
+
 def varlen_row(libs, args):
     """Qwen2.5-VL-3B-like LLM batch: 16 query / 2 KV heads, hdim 128, causal, 7 sequences,
     16k tokens. SDPA has no varlen entry point: its number is one call per sequence."""
@@ -282,6 +325,9 @@ def main() -> None:
     parser.add_argument("--total-tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--only", nargs="+", choices=["dense", "varlen", "vision", "window"],
+                        default=["dense", "varlen"], help="which tables (vision: Qwen2.5-VL's tower, hdim 80; "
+                        "window: a 4096-key sliding window on 32k tokens against no window)")
     args = parser.parse_args()
     torch.manual_seed(0)
     libs = Libraries(args.artifact)
@@ -295,8 +341,18 @@ def main() -> None:
           "FP8 / 16-bit (library) | library FA2 (fas_fwd) TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | "
           "library (plan reused) / cuDNN |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in dense_rows(libs, args) + [varlen_row(libs, args)]:
+    rows = dense_rows(libs, args) if "dense" in args.only else []
+    rows += vision_rows(libs, args) if "vision" in args.only else []
+    rows += [varlen_row(libs, args)] if "varlen" in args.only else []
+    for row in rows:
         print("| " + " | ".join(str(c) for c in row) + " |")
+    if "window" in args.only:
+        print()
+        print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS (window: scores inside it) | "
+              "time | window / no window |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for row in window_rows(libs, args):
+            print("| " + " | ".join(str(c) for c in row) + " |")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,7 @@ class PlanArgs(_Sized):
         ("kv_layout", ENUM_CTYPE), ("kv_lengths", ctypes.c_void_p), ("page_size", ctypes.c_int),
         ("num_pages", ctypes.c_int), ("k_page_stride", ctypes.c_int64), ("v_page_stride", ctypes.c_int64),
         ("page_indices_host", ctypes.c_void_p),
+        ("use_window", ctypes.c_int), ("window_size_left", ctypes.c_int), ("window_size_right", ctypes.c_int),
     ]
 
 
@@ -217,11 +218,16 @@ def offsets(lengths) -> ctypes.Array:
 
 
 def plan_args(lengths, dtype: int, num_heads_q: int, num_heads_k: int, head_dim: int, causal: bool,
-              stream: int | None = None, out_dtype: int = Dtype.FP16) -> PlanArgs:
+              stream: int | None = None, out_dtype: int = Dtype.FP16,
+              window: tuple[int, int] | None = None) -> PlanArgs:
     """fas_plan_args for a varlen batch of `lengths` (same offsets for q and k, contiguous rows);
-    the host offsets are kept alive on the struct (attribute host_offsets)."""
+    the host offsets are kept alive on the struct (attribute host_offsets). window: FlashAttention's
+    (window_size_left, window_size_right), -1 = no limit; None = no window."""
     args = PlanArgs.new(dtype=dtype, out_dtype=out_dtype, batch_size=len(lengths), num_heads_q=num_heads_q,
                         num_heads_k=num_heads_k, head_dim=head_dim, causal=int(causal), stream=stream)
+    if window is not None:
+        args.use_window = 1
+        args.window_size_left, args.window_size_right = window
     args.host_offsets = offsets(lengths)
     args.cu_seqlens_q = args.cu_seqlens_k = ctypes.cast(args.host_offsets, ctypes.c_void_p)
     return args

@@ -30,7 +30,11 @@ struct Layout {
     int64_t v_row_stride = 0;
     int64_t out_row_stride = 0;
     float softmax_scale = 0.f;  // 0 before resolve_layout = 1/sqrt(head_dim)
-    bool causal = false;
+    bool causal = false;        // plans: also true for a window whose right side is 0
+    // Plans' local window (FlashAttention's window_size), -1 = no limit on that side; both -1
+    // without a window. Never above max_seqlen_k (a wider window sees the same keys).
+    int window_left = -1;
+    int window_right = -1;
     // Varlen: rows of q/out and of k/v addressed from the base pointers, 0 = unknown (fas_fwd
     // sees the offsets only on the device). Plans know both from their host offsets.
     int total_q = 0;
@@ -39,6 +43,10 @@ struct Layout {
     int64_t k_span_elements = 0;
     int64_t v_span_elements = 0;
 };
+
+// A window that masks keys causal alone would not (a left limit, or a right one beyond the
+// diagonal): FA2 runs it through its local path, in its non-causal kernels.
+inline bool has_local_window(const Layout& layout) { return layout.window_left >= 0 || layout.window_right > 0; }
 
 // The fields fas_fwd_args and fas_plan_args share, copied as the caller set them.
 template <typename Args>

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "api/device.h"
 #include "api/kv_cache.h"
@@ -69,6 +70,28 @@ fas_status check_plan_device(const fas_plan* plan, const char* call) {
 }
 
 // The plan's layout from its arguments, host offsets and KV cache, validated.
+// The local window in the layout's terms: -1 or a width up to max_seqlen_k per side, the right
+// side 0 for causal plans, and a window whose right side is 0 made causal (the kernels' mask).
+fas_status resolve_window(const fas_plan_args& args, Layout* layout) {
+    if (args.use_window == 0) return FAS_SUCCESS;
+    for (const auto& [value, name] : {std::pair<int, const char*>{args.window_size_left, "window_size_left"},
+                                      std::pair<int, const char*>{args.window_size_right, "window_size_right"}}) {
+        if (value < -1) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(name, " is ", value, "; it must be >= 0 (keys on that side of the diagonal) or -1 "
+                               "(no limit)"));
+        }
+    }
+    if (layout->dtype == FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans take no window yet; set use_window to 0");
+    }
+    const auto clamp = [&](int width) { return width < 0 ? -1 : std::min(width, layout->max_seqlen_k); };
+    layout->window_left = clamp(args.window_size_left);
+    layout->window_right = layout->causal ? 0 : clamp(args.window_size_right);
+    if (layout->window_right == 0) layout->causal = true;
+    return FAS_SUCCESS;
+}
+
 fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, KvCache* kv, Layout* layout) {
     const int batch_size = args.batch_size;
     Layout& l = *layout;
@@ -87,6 +110,7 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, K
                            " is empty); nothing to plan"));
     }
     if (const fas_status status = resolve_layout(layout); status != FAS_SUCCESS) return status;
+    if (const fas_status status = resolve_window(args, layout); status != FAS_SUCCESS) return status;
     if (kv->paged) {
         if (const fas_status status = resolve_paged_strides(args, kv, layout); status != FAS_SUCCESS) return status;
     }
@@ -114,6 +138,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                       "; the paged kernels are built for 9.0");
     }
     if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q, k and v (FP8 KV caches: not yet)";
+    if (has_local_window(layout)) return "the paged family takes no window yet";
     const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
     if (layout.out_row_stride != out_width) {
         return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
@@ -159,6 +184,10 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
                                      layout.head_dim,       layout.causal,      layout.dtype == FAS_DTYPE_E4M3,
                                      device.sm_count};
     if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
+    if (layout.window_right > 0) {
+        return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
+    }
+    if (kv.paged && has_local_window(layout)) return "the SM90 paged kernels take no window yet";
     if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {
         return decode_shaped_reason();
     }
@@ -245,14 +274,15 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
                     concat("FP8 (e4m3) plans run only on the SM90 family, which cannot serve this one: ", sm90_reason,
                            wrong_device ? "" : "; rebuild with a matching sm90_fp8_prefill kernel (matrix full)"));
     }
+    const bool fa2_causal = layout.causal && !has_local_window(layout);  // windows: FA2's local path
     const fas_fa2::Kernel* fa2_kernel =
-        sm90_kernel != nullptr ? nullptr : fas_fa2::find_plain_kernel(out_dtype, layout.head_dim, layout.causal);
+        sm90_kernel != nullptr ? nullptr : fas_fa2::find_plain_kernel(out_dtype, layout.head_dim, fa2_causal);
     if (sm90_kernel == nullptr && fa2_kernel == nullptr) {
         return fail(FAS_ERROR_NOT_BUILT,
                     concat("no kernel serves this plan: SM90 is not usable (", sm90_reason, ") and this build has no ",
-                           dtype_name(out_dtype), layout.causal ? " causal" : " non-causal", " FA2 kernel for head_dim ",
+                           dtype_name(out_dtype), fa2_causal ? " causal" : " non-causal", " FA2 kernel for head_dim ",
                            layout.head_dim, " (FA2 head dims built: ",
-                           fas_fa2::built_head_dims(out_dtype, layout.causal), "); rebuild with a matching kernel"));
+                           fas_fa2::built_head_dims(out_dtype, fa2_causal), "); rebuild with a matching kernel"));
     }
 
     std::unique_ptr<fas_plan> plan(new fas_plan());

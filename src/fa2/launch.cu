@@ -113,10 +113,13 @@ Flash_fwd_params make_params(const fas::Layout& layout, const Tensors& tensors, 
     params.rp_dropout = 1.f;
     params.scale_softmax_rp_dropout = layout.softmax_scale;
 
-    params.is_causal = layout.causal;
-    // FA2 expresses causal as a window reaching all keys on the left and none on the right.
-    params.window_size_left = params.is_causal ? layout.max_seqlen_k : -1;
-    params.window_size_right = params.is_causal ? 0 : -1;
+    // FA2 expresses causal as a window reaching all keys on the left and none on the right; other
+    // windows take its local path (non-causal kernels), with "no limit" as the longest sequence.
+    const bool local = fas::has_local_window(layout);
+    params.is_causal = layout.causal && !local;
+    const auto width = [&](int window) { return window < 0 ? layout.max_seqlen_k : window; };
+    params.window_size_left = params.is_causal || local ? width(layout.window_left) : -1;
+    params.window_size_right = params.is_causal ? 0 : local ? width(layout.window_right) : -1;
 
     params.num_splits = plan.num_splits;
     if (plan.num_splits > 1) {

@@ -112,7 +112,7 @@ void plan_launch(const fas::Layout& layout, bool lse_given, const Kernel* plain_
     plan->kernel = plain_kernel;
     plan->num_splits = 1;
     const Kernel* split_kernel =
-        layout.varlen ? nullptr : find_split_kernel(layout.dtype, plain_kernel->head_dim, layout.causal);
+        layout.varlen ? nullptr : find_split_kernel(layout.dtype, plain_kernel->head_dim, plain_kernel->causal);
     const int64_t batch_heads = static_cast<int64_t>(layout.batch_size) * layout.num_heads_q;
     // The split kernel puts batch * heads on grid z.
     if (split_kernel != nullptr && batch_heads <= fas::kMaxGridDimYZ) {

@@ -54,6 +54,19 @@
  *   async, all on one stream. Using a destroyed plan is undefined behaviour (the library
  *   detects some such uses and returns FAS_ERROR_INVALID_ARGUMENT).
  *
+ *   MASKS (plans): FlashAttention's, bottom-right aligned. With sq queries and sk keys in a
+ *   sequence, query i's diagonal key is d(i) = i + sk - sq. Causal: query i sees keys 0 .. d(i).
+ *   Local (fas_plan_args.use_window, FlashAttention's window_size = (left, right)): query i sees
+ *   keys max(0, d(i) - left) .. min(sk - 1, d(i) + right), -1 meaning no limit on that side;
+ *   causal sets right to 0, so (left, 0) is a causal sliding window (Mistral, Gemma) and
+ *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right
+ *   = -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of
+ *   a query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs
+ *   on FA2 (fas_plan_info.sm90_unused_reason says so); the paged family serves no window yet
+ *   (a windowed paged plan fails with FAS_ERROR_NOT_BUILT; a windowed decode-shaped varlen plan
+ *   runs on SM90 or FA2). A row that sees no key (e.g. left = 0 and right = 0 with sk < sq)
+ *   gets out = 0. FP8 plans take no window yet.
+ *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
  *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128 and 256.
  *   An fp16/bf16 varlen plan whose head_dim (a multiple of 8) has no kernel of its own runs on
@@ -213,6 +226,13 @@ typedef struct fas_plan_args {
      * entries, layout of fas_plan_run_args.page_indices); if set, creation checks that each is
      * in [0, num_pages). NULL = not checked. */
     const int32_t* page_indices_host;
+
+    /* ---- appended in 0.3: local (sliding-window) attention (see MASKS) ---- */
+    int use_window;        /* non-zero: window_size_left / window_size_right apply; 0 = no window */
+    int window_size_left;  /* with use_window: keys before a query's diagonal key that it sees, >= 0,
+                            * or -1 = all of them */
+    int window_size_right; /* with use_window: keys after the diagonal key, >= 0, or -1 = all; a
+                            * causal plan takes 0 whatever is set here */
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */

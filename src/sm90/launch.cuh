@@ -1,6 +1,7 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
-// (StandardFP8Attention, per-head descales), without sliding window (paged K/V: paged_launch.cuh). What is ours: the tile
+// (StandardFP8Attention, per-head descales); the 16-bit varlen kernels take a left window (FlashInfer's
+// sliding-window mask and key-tile range), the FP8 and paged ones none (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
@@ -55,6 +56,9 @@ struct Fp8Descales {
 template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages,
           bool Paged = false>
 struct Assembly16 {
+    // Varlen kernels always take a left window (a plan without one passes kNoWindow): the mask
+    // costs a compare on the diagonal tiles only, and one kernel serves both.
+    static constexpr bool kWindow = !Paged;
     using Additional = SoftmaxScaleOnly;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, flashinfer::StandardAttention>;
@@ -64,7 +68,7 @@ struct Assembly16 {
     using Epilogue = Epilogue16<Traits>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
-                                                                             /*LEFT_SLIDING_WINDOW=*/false, Causal,
+                                                                             /*LEFT_SLIDING_WINDOW=*/kWindow, Causal,
                                                                              SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) { return {args.softmax_scale}; }
@@ -91,6 +95,10 @@ struct AssemblyFp8 {
 
 template <typename Input>
 constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
+
+// window_left of a kernel with a left window when the plan has none: wider than any sequence
+// (FlashInfer's masks subtract it from row + kv_len - qo_len: no overflow below 2^30 keys).
+constexpr int kNoWindow = 1 << 30;
 
 // Rows of `heads` contiguous heads of head_dim elements (the request's, <= the kernel's), row_stride
 // elements apart.
@@ -146,7 +154,8 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
     // A narrower head dim is read through tensor maps of its width (TMA zero-fills the rest) and
     // written by the 16-bit epilogue's column predicate; the FP8 epilogue writes whole rows.
-    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (kIsFp8<Input> && args.head_dim != HeadDim)) {
+    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 ||
+        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0))) {
         return cudaErrorInvalidValue;
     }
     using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
@@ -161,7 +170,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
          static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
          static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
-         /*window_left=*/-1, Assembly::additional(args)});
+         args.window_left >= 0 ? args.window_left : kNoWindow, Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
 }
 

@@ -47,6 +47,9 @@ struct RaggedArgs {
     // multiple of 8 that a 16-bit varlen kernel serves by round-up (sm90/launch.cuh).
     int head_dim;
     float softmax_scale;
+    // Keys left of a query's diagonal key that it sees (FlashAttention's window_size_left), -1 =
+    // all. fp16/bf16 varlen kernels only; the right side is the kernel's causal flag.
+    int window_left;
     // FP8 kernels only: optional device fp32 arrays, per query head (q) and per KV head (k, v);
     // a stored value times its descale is the real value. NULL = 1.
     const float* q_descale;

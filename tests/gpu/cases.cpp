@@ -144,6 +144,9 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         plan_args.out_row_stride = args.out_row_stride;
         plan_args.causal = args.causal;
         plan_args.disable_sm90 = c.disable_sm90 ? 1 : 0;
+        plan_args.use_window = c.use_window ? 1 : 0;
+        plan_args.window_size_left = c.window_left;
+        plan_args.window_size_right = c.window_right;
         plan_args.stream = stream;
         fas_plan* plan = nullptr;
         if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {

@@ -201,6 +201,34 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         llm.expect_family = FAS_FAMILY_SM90;
         cases.push_back(llm);
     }
+    // Local windows through plans (FlashAttention's window_size, bottom-right aligned): widths 0, 1,
+    // 64 and 4096 on sequences shorter and longer than the window, causal (right 0) and not
+    // (right -1), GQA 1, 7 and 8; SM90 serves them where its head dim 128 kernel is built, FA2
+    // the right > 0 windows (and everything where SM90 cannot).
+    if (fas_query_plan_support(dtype, 128, 1, nullptr, nullptr) == FAS_SUCCESS) {
+        const struct {
+            int left, right, heads_q, heads_kv;
+        } windows[] = {{0, 0, 8, 8},     {1, 0, 14, 2},   {64, 0, 16, 2},  {4096, 0, 8, 8},   {0, -1, 14, 2},
+                       {1, -1, 16, 2},   {64, -1, 8, 8},  {4096, -1, 14, 2}, {64, 16, 16, 2}, {-1, 8, 8, 8}};
+        for (const auto& w : windows) {
+            if (w.right > 0 && fas_query_support(dtype, 128, 0, nullptr) != FAS_SUCCESS) continue;  // no FA2 here
+            const bool causal = w.right == 0;
+            AttentionCase local = varlen_case("window-" + std::to_string(w.left) + "/" + std::to_string(w.right), dtype,
+                                              w.heads_q, w.heads_kv, 128, causal,
+                                              quick ? std::vector<int>{1, 37, 200, 129}
+                                                    : std::vector<int>{1, 37, 200, 129, 5000, 64});
+            local.use_plan = true;
+            local.plan_runs = 2;
+            local.use_window = true;
+            local.window_left = w.left;
+            local.window_right = w.right;
+            // SM90 takes right 0 or -1 where its kernel is built; right > 0 is FA2's.
+            fas_family family = FAS_FAMILY_FA2;
+            local.expect_family = w.right <= 0 && fas_query_plan_support(dtype, 128, causal, &family, nullptr) ==
+                                                      FAS_SUCCESS ? family : FAS_FAMILY_FA2;
+            cases.push_back(local);
+        }
+    }
     // Every compiled kernel once, GQA ratio 4, padded row strides.
     int last_paged_head_dim = 0;
     for (int index = 0; index < fas_num_kernels(); ++index) {

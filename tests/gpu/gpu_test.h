@@ -147,6 +147,10 @@ struct AttentionCase {
     int expect_kernel_head_dim = 0;  // with use_plan: fas_plan_info.kernel_head_dim must be this (0 = any)
     bool disable_sm90 = false;    // with use_plan: fas_plan_args.disable_sm90
     bool fp8 = false;             // with use_plan: q/k/v in e4m3 with per-head descales; dtype is out's
+    // with use_plan: fas_plan_args.use_window and FlashAttention's window_size (-1 = no limit)
+    bool use_window = false;
+    int window_left = -1;
+    int window_right = -1;
 };
 
 AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,

@@ -82,6 +82,7 @@ const char* const kPlanNegativeDescriptions[] = {
     "fas_plan_run with out == q",
     "fas_plan_run with out == v",
     "fas_plan_run with out starting inside k's bytes (k + one row)",
+    "fas_plan_create with window_size_left -2",
 };
 constexpr int kNumPlanNegativeCases = sizeof kPlanNegativeDescriptions / sizeof kPlanNegativeDescriptions[0];
 
@@ -102,6 +103,10 @@ CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stre
     plan_args.head_dim = kHeadDim;
     plan_args.causal = 1;
     plan_args.stream = stream;
+    if (which == 8) {
+        plan_args.use_window = 1;
+        plan_args.window_size_left = -2;
+    }
     fas_plan_run_args run_args;
     fas_plan_run_args_init(&run_args);
     run_args.q = which == 3 ? static_cast<const void*>(q_dev.as<char>() + 2) : q_dev.as<void>();
@@ -117,7 +122,7 @@ CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stre
     fas_plan* plan = nullptr;
     if (which == 0) {
         status = fas_plan_run(nullptr, &run_args);
-    } else if (which == 1 || which == 2) {
+    } else if (which == 1 || which == 2 || which == 8) {
         status = fas_plan_create(&plan_args, &plan);
     } else {
         if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {

@@ -68,8 +68,14 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
             for (int i = 0; i < sq; ++i) {
                 const size_t q_row = static_cast<size_t>(q_offsets[b] + i);
                 const float* q_vec = &q[(q_row * c.heads_q + head) * d];
-                // Bottom-right aligned causal mask: query i sees keys j <= i + sk - sq.
-                const int visible = c.causal ? std::min(sk, i + sk - sq + 1) : sk;
+                // Bottom-right aligned masks: query i's diagonal key is i + sk - sq; causal sees
+                // keys up to it, a window (left, right) those within left before and right after.
+                const int diagonal = i + sk - sq;
+                const int right = c.causal ? 0 : c.use_window ? c.window_right : -1;
+                const int left = c.use_window ? c.window_left : -1;
+                const int first = left < 0 ? 0 : std::max(0, diagonal - left);
+                const int end = right < 0 ? sk : std::min(sk, diagonal + right + 1);
+                const int visible = end - first;
                 float* out_vec = &ref.out[(q_row * c.heads_q + head) * d];
                 float* out_same_vec = &ref.out_same[(q_row * c.heads_q + head) * d];
                 double& lse = ref.lse[q_row * c.heads_q + head];
@@ -78,7 +84,7 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
                     continue;
                 }
                 float max_score = -std::numeric_limits<float>::infinity();
-                for (int j = 0; j < visible; ++j) {
+                for (int j = first; j < end; ++j) {
                     const float* k_vec = &k[((static_cast<size_t>(k_offsets[b]) + j) * c.heads_kv + kv_head) * d];
                     // Four partial sums (head_dim is a multiple of 8) shorten the add chain.
                     float partial[4] = {0.f, 0.f, 0.f, 0.f};
@@ -91,7 +97,7 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
                 std::fill(accumulator.begin(), accumulator.end(), 0.0);
                 std::fill(rounded_accumulator.begin(), rounded_accumulator.end(), 0.0);
                 double sum = 0.0;
-                for (int j = 0; j < visible; ++j) {
+                for (int j = first; j < end; ++j) {
                     const double p = std::exp(static_cast<double>(scores[j]) - max_score);
                     const double p_rounded = round_probability(c, static_cast<float>(p));
                     sum += p;
