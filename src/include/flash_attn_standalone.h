@@ -117,7 +117,8 @@
  *   caller compiled against. Later versions only append fields; the library reads only the
  *   fields that fit within struct_size (the rest count as zero) and rejects struct_size smaller
  *   than the first version of the struct. The same holds for fas_plan_args, fas_plan_run_args
- *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it).
+ *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it; in 0.3:
+ *   fas_plan_args.use_window and what follows it).
  */
 #ifndef FLASH_ATTN_STANDALONE_H
 #define FLASH_ATTN_STANDALONE_H
