@@ -138,6 +138,7 @@ class PlanArgs(_Sized):
         ("num_pages", ctypes.c_int), ("k_page_stride", ctypes.c_int64), ("v_page_stride", ctypes.c_int64),
         ("page_indices_host", ctypes.c_void_p),
         ("use_window", ctypes.c_int), ("window_size_left", ctypes.c_int), ("window_size_right", ctypes.c_int),
+        ("softcap", ctypes.c_float),
     ]
 
 

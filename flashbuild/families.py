@@ -182,19 +182,34 @@ def _sm90_source(tu, what: str, header: str, run: str) -> str:
     ])
 
 
+def _run_ragged(tu, softcap: bool = False) -> str:
+    """The run_ragged<...> call of an SM90 varlen TU (sm90/launch.cuh)."""
+    flag = ", /*Softcap=*/true" if softcap else ""
+    return (f"run_ragged<{DTYPES[tu.input_dtype].cutlass}, {DTYPES[tu.dtype].cutlass}, {tu.head_dim}, "
+            f"{_cpp_bool(tu.causal)}{flag}>")
+
+
 def render_sm90(tu) -> str:
     what = f"FP8 {tu.input_dtype} in, {tu.dtype} out" if tu.input_dtype != tu.dtype else tu.dtype
-    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill: {what}", "sm90/launch.cuh",
-                        f"run_ragged<{DTYPES[tu.input_dtype].cutlass}, {DTYPES[tu.dtype].cutlass}, {tu.head_dim}, "
-                        f"{_cpp_bool(tu.causal)}>")
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill: {what}", "sm90/launch.cuh", _run_ragged(tu))
 
 
 def _sm90_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged<{_sm90_template_args(tu)}>"
 
 
-def _sm90_paged_template_args(tu) -> str:
-    """<Dtype, HeadDim, Causal> of fas_sm90::launch_paged_ragged (fas_dtype value; 16-bit only)."""
+def render_sm90_softcap(tu) -> str:
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill with a logits softcap: {tu.dtype}", "sm90/launch.cuh",
+                        _run_ragged(tu, softcap=True))
+
+
+def _sm90_softcap_symbol(tu) -> str:
+    return f"fas_sm90::launch_ragged_softcap<{_sm90_16bit_template_args(tu)}>"
+
+
+def _sm90_16bit_template_args(tu) -> str:
+    """<Dtype, HeadDim, Causal> of fas_sm90::launch_paged_ragged and launch_ragged_softcap (fas_dtype value;
+    16-bit only)."""
     return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
 
 
@@ -205,10 +220,10 @@ def render_sm90_paged(tu) -> str:
 
 
 def _sm90_paged_symbol(tu) -> str:
-    return f"fas_sm90::launch_paged_ragged<{_sm90_paged_template_args(tu)}>"
+    return f"fas_sm90::launch_paged_ragged<{_sm90_16bit_template_args(tu)}>"
 
 
-def _sm90_paged_args(tu) -> tuple[str, ...]:
+def _sm90_16bit_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
 
@@ -262,7 +277,7 @@ SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shape
 SM90_PREFILL_HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit varlen table also has 96 and 192
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
-SM90_PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
+SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal", "TileQ")
 # Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
 # (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
@@ -301,11 +316,17 @@ FAMILIES = {
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
         ),
+        Family(  # scores capped as softcap * tanh(score / softcap) (Gemma 2, Grok); fp16/bf16
+            name="sm90_softcap_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
+            head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_sm90_softcap, symbol=_sm90_softcap_symbol,
+            registry_macro="FAS_SM90_SOFTCAP", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
+        ),
         Family(  # chunked prefill over a paged cache (matrices build it causal: queries fewer than keys)
             name="sm90_paged_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_paged, symbol=_sm90_paged_symbol,
-            registry_macro="FAS_SM90_PAGED", registry_params=SM90_PAGED_PARAMS, registry_args=_sm90_paged_args,
+            registry_macro="FAS_SM90_PAGED", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
         ),
         Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
             name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",

@@ -35,6 +35,7 @@ struct Layout {
     // without a window. Never above max_seqlen_k (a wider window sees the same keys).
     int window_left = -1;
     int window_right = -1;
+    float softcap = 0.f;  // plans: > 0 caps the scores (softcap * tanh(score / softcap))
     // Varlen: rows of q/out and of k/v addressed from the base pointers, 0 = unknown (fas_fwd
     // sees the offsets only on the device). Plans know both from their host offsets.
     int total_q = 0;

@@ -3,6 +3,7 @@
 #include "api/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -70,9 +71,18 @@ fas_status check_plan_device(const fas_plan* plan, const char* call) {
 }
 
 // The plan's layout from its arguments, host offsets and KV cache, validated.
-// The local window in the layout's terms: -1 or a width up to max_seqlen_k per side, the right
-// side 0 for causal plans, and a window whose right side is 0 made causal (the kernels' mask).
+// The softcap, and the local window in the layout's terms: -1 or a width up to max_seqlen_k per
+// side, the right side 0 for causal plans, and a window whose right side is 0 made causal (the
+// kernels' mask).
 fas_status resolve_window(const fas_plan_args& args, Layout* layout) {
+    if (!(args.softcap >= 0.f) || std::isinf(args.softcap)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("softcap is ", args.softcap, "; it must be a finite value > 0 (the cap) or 0 (off)"));
+    }
+    if (args.softcap > 0.f && layout->dtype == FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans take no softcap yet; set softcap to 0");
+    }
+    layout->softcap = args.softcap;
     if (args.use_window == 0) return FAS_SUCCESS;
     for (const auto& [value, name] : {std::pair<int, const char*>{args.window_size_left, "window_size_left"},
                                       std::pair<int, const char*>{args.window_size_right, "window_size_right"}}) {
@@ -139,6 +149,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     }
     if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q, k and v (FP8 KV caches: not yet)";
     if (has_local_window(layout)) return "the paged family takes no window yet";
+    if (layout.softcap > 0.f) return "the paged family takes no softcap yet";
     const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
     if (layout.out_row_stride != out_width) {
         return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
@@ -188,14 +199,16 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
         return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
     }
     if (kv.paged && has_local_window(layout)) return "the SM90 paged kernels take no window yet";
+    if (kv.paged && layout.softcap > 0.f) return "the SM90 paged kernels take no softcap yet";
+    const bool softcap = layout.softcap > 0.f;
     if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {
         return decode_shaped_reason();
     }
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                          layout.causal, device, kv.paged);
+                                                          layout.causal, device, kv.paged, softcap);
     if (!why.empty()) return why;
     const fas_sm90::Kernel* found =
-        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged);
+        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged, softcap);
     schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work
     if (kv.paged) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);

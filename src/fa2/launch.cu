@@ -104,14 +104,16 @@ Flash_fwd_params make_params(const fas::Layout& layout, const Tensors& tensors, 
     params.unpadded_lse = plan.unpadded_lse;
     params.seqlenq_ngroups_swapped = false;
 
-    params.scale_softmax = layout.softmax_scale;
-    params.scale_softmax_log2 = layout.softmax_scale * kLog2e;
-    params.softcap = 0.f;
+    // FA2's softcap: tanh(score * params.softcap) scaled by scale_softmax (the cap) in the softmax.
+    const bool capped = layout.softcap > 0.f;
+    params.scale_softmax = capped ? layout.softcap : layout.softmax_scale;
+    params.scale_softmax_log2 = params.scale_softmax * kLog2e;
+    params.softcap = capped ? layout.softmax_scale / layout.softcap : 0.f;
     // No dropout: p_dropout holds the keep probability.
     params.p_dropout = 1.f;
     params.p_dropout_in_uint8_t = 255;
     params.rp_dropout = 1.f;
-    params.scale_softmax_rp_dropout = layout.softmax_scale;
+    params.scale_softmax_rp_dropout = params.scale_softmax;
 
     // FA2 expresses causal as a window reaching all keys on the left and none on the right; other
     // windows take its local path (non-causal kernels), with "no limit" as the longest sequence.

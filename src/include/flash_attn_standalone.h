@@ -118,7 +118,7 @@
  *   fields that fit within struct_size (the rest count as zero) and rejects struct_size smaller
  *   than the first version of the struct. The same holds for fas_plan_args, fas_plan_run_args
  *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it; in 0.3:
- *   fas_plan_args.use_window and what follows it).
+ *   fas_plan_args.use_window and what follows it, up to softcap).
  */
 #ifndef FLASH_ATTN_STANDALONE_H
 #define FLASH_ATTN_STANDALONE_H
@@ -225,9 +225,11 @@ typedef struct fas_kernel_info {
     int head_dim;       /* the kernel's head dim; it also serves smaller head_dim requests */
     int causal;         /* 1 = causal variant, 0 = non-causal */
     int split_kv;       /* 1 = split-KV (decode-oriented) variant, 0 = plain forward */
-    const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans), "sm90" (plans only, exact
-                         * head dim, compute capability 9.0), "sm90_paged" (the same over a paged KV
-                         * cache: chunked prefill; since 0.2) or "paged" (plans only, exact head
+    const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans), "sm90" (plans only, compute
+                         * capability 9.0; fp16/bf16 ones also serve narrower head dims: see HEAD
+                         * DIMS in flash_attn_standalone_plan.h), "sm90_softcap" (the same with a
+                         * logits softcap; since 0.3), "sm90_paged" (over a paged KV cache: chunked
+                         * prefill, exact head dim; since 0.2) or "paged" (plans only, exact head
                          * dim, 9.0; split_kv = 1; listed once per query tile size); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;

@@ -66,6 +66,10 @@
  *   (a windowed paged plan fails with FAS_ERROR_NOT_BUILT; a windowed decode-shaped varlen plan
  *   runs on SM90 or FA2). A row that sees no key (e.g. left = 0 and right = 0 with sk < sq)
  *   gets out = 0. FP8 plans take no window yet.
+ *   Softcap (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
+ *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
+ *   round-up below them), FA2 on any of its kernels; the paged family, the SM90 paged kernels and
+ *   FP8 plans take no softcap yet. The LSE is that of the capped scores.
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
  *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128 and 256.
@@ -227,12 +231,15 @@ typedef struct fas_plan_args {
      * in [0, num_pages). NULL = not checked. */
     const int32_t* page_indices_host;
 
-    /* ---- appended in 0.3: local (sliding-window) attention (see MASKS) ---- */
+    /* ---- appended in 0.3: local (sliding-window) attention and a logits softcap (see MASKS) ---- */
     int use_window;        /* non-zero: window_size_left / window_size_right apply; 0 = no window */
     int window_size_left;  /* with use_window: keys before a query's diagonal key that it sees, >= 0,
                             * or -1 = all of them */
     int window_size_right; /* with use_window: keys after the diagonal key, >= 0, or -1 = all; a
                             * causal plan takes 0 whatever is set here */
+    /* > 0: logits softcap (Gemma 2: 50, Grok: 30): each score s = softmax_scale * q.k becomes
+     * softcap * tanh(s / softcap) before the softmax; 0 = off (see MASKS) */
+    float softcap;
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */

@@ -7,7 +7,8 @@
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
 // are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
-// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> specialization.
+// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> or launch_ragged_softcap<Dtype, HeadDim, Causal>
+// specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
@@ -39,6 +40,12 @@ struct SoftmaxScaleOnly {
     float sm_scale;
 };
 
+// Of the softcap kernels (FlashInfer's LogitsSoftCap variant reads these two).
+struct SoftmaxScaleAndCap {
+    float sm_scale;
+    float logits_soft_cap;
+};
+
 // Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar).
 struct Fp8Descales {
     float sm_scale;
@@ -54,14 +61,16 @@ struct Fp8Descales {
 // cache through FlashInfer's sparse mainloop (paged_launch.cuh), whose four producer warps gather
 // each tile row by row through the page table (cp.async) instead of one TMA copy.
 template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages,
-          bool Paged = false>
+          bool Paged = false, bool Softcap = false>
 struct Assembly16 {
     // Varlen kernels always take a left window (a plan without one passes kNoWindow): the mask
     // costs a compare on the diagonal tiles only, and one kernel serves both.
     static constexpr bool kWindow = !Paged;
-    using Additional = SoftmaxScaleOnly;
+    // The softcap variant applies tanh to every score: its own kernels, so the others pay nothing.
+    using Additional = std::conditional_t<Softcap, SoftmaxScaleAndCap, SoftmaxScaleOnly>;
+    using Variant = std::conditional_t<Softcap, flashinfer::LogitsSoftCap, flashinfer::StandardAttention>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
-                                                     Input, Input, Output, int32_t, flashinfer::StandardAttention>;
+                                                     Input, Input, Output, int32_t, Variant>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
     using Mainloop = std::conditional_t<Paged, flashinfer::SparseCollectiveMainloop<Additional, Traits, Causal>,
                                         flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
@@ -71,7 +80,13 @@ struct Assembly16 {
                                                                              /*LEFT_SLIDING_WINDOW=*/kWindow, Causal,
                                                                              SerpentineTileScheduler>);
     }
-    static Additional additional(const RaggedArgs& args) { return {args.softmax_scale}; }
+    static Additional additional(const RaggedArgs& args) {
+        if constexpr (Softcap) {
+            return {args.softmax_scale, args.softcap};
+        } else {
+            return {args.softmax_scale};
+        }
+    }
 };
 
 template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
@@ -145,7 +160,7 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
 // Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
-template <typename Input, typename Output, int HeadDim, bool Causal,
+template <typename Input, typename Output, int HeadDim, bool Causal, bool Softcap = false,
           int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
           int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
           int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
@@ -154,12 +169,14 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
     // A narrower head dim is read through tensor maps of its width (TMA zero-fills the rest) and
     // written by the 16-bit epilogue's column predicate; the FP8 epilogue writes whole rows.
-    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 ||
+    static_assert(!(Softcap && kIsFp8<Input>), "no FP8 softcap kernels");
+    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != Softcap ||
         (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0))) {
         return cudaErrorInvalidValue;
     }
-    using Assembly = std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
-                                        Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages>>;
+    using Assembly =
+        std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
+                           Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, Softcap>>;
     using Mainloop = typename Assembly::Mainloop;
 
     // Heads are contiguous in a row: head stride head_dim, row stride from the caller.

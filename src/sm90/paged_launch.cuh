@@ -13,8 +13,8 @@ template <typename Input, int HeadDim, bool Causal>
 cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                   "the paged tile table (sm90/tiles.h) has head dims 64, 128 and 256");
-    // The page gather copies whole rows; these kernels take no window.
-    if (args.head_dim != HeadDim || args.window_left >= 0) return cudaErrorInvalidValue;
+    // The page gather copies whole rows; these kernels take no window and no softcap.
+    if (args.head_dim != HeadDim || args.window_left >= 0 || args.softcap > 0.f) return cudaErrorInvalidValue;
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");

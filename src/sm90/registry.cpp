@@ -15,6 +15,11 @@
     template <>                                                                                \
     cudaError_t launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
     }
+#define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal)                                               \
+    namespace fas_sm90 {                                                                             \
+    template <>                                                                                      \
+    cudaError_t launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
+    }
 #include "kernel_registry.inc"
 
 namespace fas_sm90 {
@@ -24,18 +29,20 @@ namespace {
 // Ends with a sentinel (launch == nullptr) so that a build without SM90 kernels still has a
 // valid array; the count excludes it.
 #define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal) \
-    {InEnum, OutEnum, HeadDim, IsCausal, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+    {InEnum, OutEnum, HeadDim, IsCausal, false, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 
-std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged) {
+std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged, bool softcap) {
     return fas::concat(fas::dtype_name(dtype), dtype == out_dtype ? "" : fas::concat("->", fas::dtype_name(out_dtype)),
-                       "/hd", head_dim, causal ? "/causal" : "/full", paged ? "/paged" : "");
+                       "/hd", head_dim, causal ? "/causal" : "/full", paged ? "/paged" : "", softcap ? "/softcap" : "");
 }
 
 }  // namespace
@@ -46,13 +53,13 @@ const Kernel& kernel(int index) { return kTable[index]; }
 
 bool rounds_up(fas_dtype dtype, bool paged) { return dtype != FAS_DTYPE_E4M3 && !paged; }
 
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged) {
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap) {
     // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it.
     const Kernel* best = nullptr;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) || entry.causal != causal ||
-            entry.paged != paged) {
+            entry.paged != paged || entry.softcap != softcap) {
             continue;
         }
         const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
@@ -62,20 +69,20 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
 }
 
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device, bool paged) {
+                                      const fas::DeviceProps& device, bool paged, bool softcap) {
     if (!device.is_sm90()) {
         return fas::concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                            "; SM90 kernels need 9.0");
     }
-    if (find_kernel(dtype, out_dtype, head_dim, causal, paged) != nullptr) return std::string();
+    if (find_kernel(dtype, out_dtype, head_dim, causal, paged, softcap) != nullptr) return std::string();
     std::string built;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         built += fas::concat(built.empty() ? "" : ", ", kernel_name(entry.dtype, entry.out_dtype, entry.head_dim,
-                                                                    entry.causal, entry.paged));
+                                                                    entry.causal, entry.paged, entry.softcap));
     }
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
-    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged),
+    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged, softcap),
                        " is built (SM90 kernels of this build: ", built.empty() ? "none" : built,
                        "; fp16/bf16 varlen kernels also serve narrower head dims, FP8 and paged ones their exact "
                        "head dim only)");

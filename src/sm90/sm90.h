@@ -25,7 +25,8 @@ struct Kernel {
     fas_dtype out_dtype;  // of out: dtype, or fp16/bf16 for e4m3
     int head_dim;
     bool causal;
-    bool paged;  // reads a paged KV cache (launch_paged_ragged)
+    bool paged;    // reads a paged KV cache (launch_paged_ragged)
+    bool softcap;  // caps scores (launch_ragged_softcap); the others take softcap 0 only
     RaggedLaunchFn launch;
 };
 
@@ -38,12 +39,13 @@ const Kernel& kernel(int index);
 // TMA zero-fills the missing columns, the epilogue writes only the real ones). out_dtype < 0:
 // any output dtype (capability queries).
 bool rounds_up(fas_dtype dtype, bool paged);
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false);
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,
+                          bool softcap = false);
 
 // Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
 // else why not.
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device, bool paged = false);
+                                      const fas::DeviceProps& device, bool paged = false, bool softcap = false);
 
 // Query rows per work tile of a kernel (tiles.h): what fas_plan_info.query_tile_rows reports.
 int query_tile_rows(const Kernel& kernel);

@@ -147,6 +147,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         plan_args.use_window = c.use_window ? 1 : 0;
         plan_args.window_size_left = c.window_left;
         plan_args.window_size_right = c.window_right;
+        plan_args.softcap = c.softcap;
         plan_args.stream = stream;
         fas_plan* plan = nullptr;
         if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {

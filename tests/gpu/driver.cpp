@@ -229,6 +229,38 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             cases.push_back(local);
         }
     }
+    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a causal window, head dims 128 and
+    // 80; SM90 where a softcap kernel serves it (sm90_softcap), else FA2, else skipped.
+    bool sm90_softcap = false;
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_softcap") == 0 &&
+            info.dtype == dtype && info.head_dim == 128) {
+            sm90_softcap = true;
+        }
+    }
+    const struct {
+        float cap;
+        int head_dim, left, heads_q, heads_kv;
+        bool causal;
+    } capped[] = {{30.f, 128, -1, 16, 2, true}, {50.f, 128, -1, 8, 8, false}, {50.f, 128, 64, 14, 2, true},
+                  {30.f, 80, -1, 16, 16, false}};
+    for (const auto& cap : capped) {
+        if (!sm90_softcap && fas_query_support(dtype, cap.head_dim, cap.causal && cap.left < 0, nullptr) != FAS_SUCCESS) {
+            continue;  // neither an SM90 softcap kernel nor FA2 in this build
+        }
+        AttentionCase soft = varlen_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
+                                         cap.heads_kv, cap.head_dim, cap.causal,
+                                         quick ? std::vector<int>{1, 37, 200, 129}
+                                               : std::vector<int>{1, 37, 200, 129, 3000, 64});
+        soft.use_plan = true;
+        soft.plan_runs = 2;
+        soft.softcap = cap.cap;
+        soft.use_window = cap.left >= 0;
+        soft.window_left = cap.left;
+        soft.expect_family = sm90_softcap ? FAS_FAMILY_SM90 : FAS_FAMILY_FA2;
+        cases.push_back(soft);
+    }
     // Every compiled kernel once, GQA ratio 4, padded row strides.
     int last_paged_head_dim = 0;
     for (int index = 0; index < fas_num_kernels(); ++index) {

@@ -151,6 +151,7 @@ struct AttentionCase {
     bool use_window = false;
     int window_left = -1;
     int window_right = -1;
+    float softcap = 0.f;  // with use_plan: fas_plan_args.softcap (scores become cap * tanh(score / cap))
 };
 
 AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,

@@ -92,6 +92,7 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
                         for (int lane = 0; lane < 4; ++lane) partial[lane] += q_vec[x + lane] * k_vec[x + lane];
                     }
                     scores[j] = ((partial[0] + partial[1]) + (partial[2] + partial[3])) * scale;
+                    if (c.softcap > 0.f) scores[j] = c.softcap * std::tanh(scores[j] / c.softcap);
                     max_score = std::max(max_score, scores[j]);
                 }
                 std::fill(accumulator.begin(), accumulator.end(), 0.0);

@@ -7,8 +7,8 @@
 // with one fp32 descale factor per head; the reference reads exactly the values the device
 // reads (for FP8: stored e4m3 value * descale), so input rounding is never counted as error.
 // Two CPU results per output element:
-//   ref_fp32  exact attention: softmax(scale * q.k^T) v with scale = 1/sqrt(head_dim) and the
-//             bottom-right causal or local-window mask, float dot products, exponentials and sums in double,
+//   ref_fp32  exact attention: softmax(scale * q.k^T) v with scale = 1/sqrt(head_dim) (capped as
+//             cap * tanh(s / cap) for softcap cases) and the bottom-right causal or local-window mask, float dot products, exponentials and sums in double,
 //             one division by the row sum at the end;
 //   same      the same computation at the kernel's precision: every probability is rounded as
 //             the kernel rounds it before the P*V product (to the 16-bit dtype; for FP8 inputs
