@@ -74,7 +74,7 @@ class Library(fas_ctypes.Library):
         run.keepalive = (args, workspace)
         return run
 
-    def plan_fns(self, q, k, v, out, causal, lengths, window=None):
+    def plan_fns(self, q, k, v, out, causal, lengths, window=None, softcap=0.0):
         """(run with the plan reused, run with planning in every call, family name) for a
         varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
         make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output. window:
@@ -82,6 +82,7 @@ class Library(fas_ctypes.Library):
         plan_args = fas_ctypes.plan_args(lengths, fas_dtype(q), q.shape[1], k.shape[1], q.shape[2], causal,
                                          torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out),
                                          window=window)
+        plan_args.softcap = softcap
         run_args = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
                                    stream=plan_args.stream)
         plan = self.plan_create(plan_args)
@@ -107,13 +108,19 @@ class Libraries:
     def __init__(self, artifacts):
         self.libs = [Library(a) for a in artifacts]
 
-    def plan_fns(self, *args, **kwargs):
+    def plan_fns(self, *args, family=None, **kwargs):
+        """family: take the first library whose plan runs on this family (e.g. "sm90"), not the
+        first that serves the request at all."""
         errors = []
         for lib in self.libs:
             try:
-                return lib.plan_fns(*args, **kwargs)
+                fns = lib.plan_fns(*args, **kwargs)
             except RuntimeError as error:
                 errors.append(str(error))
+                continue
+            if family is None or fns[2] == family:
+                return fns
+            errors.append(f"{lib.path.name}: family {fns[2]}")
         raise RuntimeError("; ".join(errors))
 
     def fa2_library(self, dtype: int, head_dim: int, causal: bool):
@@ -280,6 +287,30 @@ def window_rows(libs, args):
              f"{times['window']:.3f} ms", f"{window_tflops / plain_tflops:.2f}x")]
 
 
+def softcap_rows(libs, args):
+    """Softcap 50 (Gemma 2) against the same SM90 plan without it: hdim 128 and 256, causal and
+    not, one 16384-token sequence, bf16; the same FLOP count for both."""
+    rows = []
+    seqlen, heads = 16384, 16
+    for head_dim in (128, 256):
+        for causal in (False, True):
+            q, k, v = (torch.randn(seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+            out = torch.empty_like(q)
+            flops = 4.0 * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+            try:
+                plain = libs.plan_fns(q, k, v, out, causal, [seqlen], family="sm90")[0]
+                capped = libs.plan_fns(q, k, v, out, causal, [seqlen], family="sm90", softcap=50.0)[0]
+            except RuntimeError as error:
+                rows.append(("bf16", head_dim, "causal" if causal else "full", f"1x{seqlen}", "not built", str(error)[:60],
+                             "-", "-"))
+                continue
+            times = median_ms_each({"plain": plain, "capped": capped}, args.repeats)
+            rows.append(("bf16", head_dim, ("causal" if causal else "full") + ", softcap 50", f"1x{seqlen}", "sm90",
+                         tflops(flops, times["capped"]), tflops(flops, times["plain"]),
+                         ratio(times["capped"], times["plain"])))
+    return rows
+
+
 def varlen_row(libs, args):
     """Qwen2.5-VL-3B-like LLM batch: 16 query / 2 KV heads, hdim 128, causal, 7 sequences,
     16k tokens. SDPA has no varlen entry point: its number is one call per sequence."""
@@ -325,9 +356,10 @@ def main() -> None:
     parser.add_argument("--total-tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", nargs="+", choices=["dense", "varlen", "vision", "window"],
+    parser.add_argument("--only", nargs="+", choices=["dense", "varlen", "vision", "window", "softcap"],
                         default=["dense", "varlen"], help="which tables (vision: Qwen2.5-VL's tower, hdim 80; "
-                        "window: a 4096-key sliding window on 32k tokens against no window)")
+                        "window: a 4096-key sliding window on 32k tokens against no window; softcap: softcap 50 "
+                        "against none on SM90)")
     args = parser.parse_args()
     torch.manual_seed(0)
     libs = Libraries(args.artifact)
@@ -352,6 +384,13 @@ def main() -> None:
               "time | window / no window |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for row in window_rows(libs, args):
+            print("| " + " | ".join(str(c) for c in row) + " |")
+    if "softcap" in args.only:
+        print()
+        print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS with softcap | without | "
+              "softcap / without |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for row in softcap_rows(libs, args):
             print("| " + " | ".join(str(c) for c in row) + " |")
 
 
