@@ -193,7 +193,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     *schedule = fas_sm90::PlanLayout{args.cu_seqlens_q,     kv.cu_seqlens_k,    kv.kv_lengths,   kv.page_size,
                                      layout.batch_size,     layout.num_heads_q, layout.num_heads_k,
                                      layout.head_dim,       layout.causal,      layout.dtype == FAS_DTYPE_E4M3,
-                                     device.sm_count};
+                                     device.sm_count, layout.window_left};
     if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
     if (layout.window_right > 0) {
         return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";

@@ -79,7 +79,13 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
         const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
         const int32_t tiles = (qo_len + rows - 1) / rows;
         const auto tile = [&](int32_t t) {
-            return TileWork{t, i, layout.cu_seqlens_q[i], kv_start[i], qo_len, kv_len(i), {0, 0}};
+            // Under a left window a tile's keys start at the first one its first row sees: the
+            // kernel's masks depend only on kv_len - qo_len, so the shorter range keeps them exact,
+            // and no key tile left of the window is loaded (FlashInfer's own range starts one tile
+            // early).
+            const int64_t first_seen = static_cast<int64_t>(t) * rows + kv_len(i) - qo_len - layout.window_left;
+            const int32_t skip = layout.window_left < 0 ? 0 : static_cast<int32_t>(std::max<int64_t>(0, first_seen));
+            return TileWork{t, i, layout.cu_seqlens_q[i], kv_start[i] + skip, qo_len, kv_len(i) - skip, {0, 0}};
         };
         if (!layout.causal) {
             for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);

@@ -27,6 +27,7 @@ struct PlanLayout {
     bool causal;
     bool fp8;      // e4m3 inputs (the FP8 kernels' tile shapes)
     int sm_count;  // of the device the plan is made on (the current device)
+    int window_left = -1;  // keys left of the diagonal a query sees (-1 = all): tiles skip the rest
 };
 
 // Empty when the SM90 kernels can run this layout, else why not (in words, for a message).
