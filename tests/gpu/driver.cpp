@@ -252,7 +252,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         AttentionCase soft = varlen_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
                                          cap.heads_kv, cap.head_dim, cap.causal,
                                          quick ? std::vector<int>{1, 37, 200, 129}
-                                               : std::vector<int>{1, 37, 200, 129, 3000, 64});
+                                               : std::vector<int>{1, 37, 200, 129, 1500, 64});
         soft.use_plan = true;
         soft.plan_runs = 2;
         soft.softcap = cap.cap;
@@ -269,6 +269,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
         const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
         if (std::strcmp(info.family, "sm90_paged") == 0) continue;  // chunked prefill over pages: paged.cpp
+        if (std::strcmp(info.family, "sm90_softcap") == 0) continue;  // the softcap cases above
         if (std::strcmp(info.family, "paged") == 0) {
             // Paged-KV plans: paged.cpp. Here the contiguous (varlen) KV of a decode-shaped plan,
             // which the plan describes as pages itself; once per head dim (the 16-row kernel).
@@ -316,7 +317,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 AttentionCase roundup = varlen_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
                                                     wide_gqa ? 2 : 16, narrower, info.causal != 0,
                                                     quick ? std::vector<int>{1, 37, 200, 129}
-                                                          : std::vector<int>{64, 1, 4097, 37, 200, 129, 3});
+                                                          : std::vector<int>{64, 1, 1500, 37, 200, 129, 3});
                 roundup.row_padding = 8;
                 roundup.use_plan = true;
                 roundup.plan_runs = 2;
