@@ -331,8 +331,9 @@ FAS_API fas_status fas_plan_destroy_async(fas_plan* plan, cudaStream_t stream);
 FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
 
 /* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
- * layout the SM90 kernels accept (see PLANS for the layout conditions), and the head dim of the
- * kernel that would run (SM90 or FA2 round-up: see HEAD DIMS). For FAS_DTYPE_E4M3 it
+ * layout the SM90 kernels accept (see PLANS for the layout conditions) and no window or softcap
+ * (those may move a plan to another kernel or family: see MASKS), and the head dim of the kernel
+ * that would run (SM90 or FA2 round-up: see HEAD DIMS). For FAS_DTYPE_E4M3 it
  * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
  * lists the output dtypes. On FAS_SUCCESS stores
  * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).
