@@ -77,7 +77,7 @@ def _reserve_gb(value) -> float:
 @task
 @reports_errors
 def setup(c):
-    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server)."""
+    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
     from flashbuild import commands
 
     commands.setup()

