@@ -346,6 +346,24 @@ def varlen_row(libs, args):
     return ("bf16", 128, "causal GQA 16/2", f"varlen 7 seqs {total} tok", family, *timed_cells(flops, fns, args.repeats))
 
 
+SHARED_COLUMNS = ["dtype", "hdim", "mask", "batch x seqlen", "family"]
+FORWARD_COLUMNS = SHARED_COLUMNS + [
+    "library TFLOPS, plan reused", "library TFLOPS, planning in each call", "planning cost (% of one forward)",
+    "library FP8 e4m3 in TFLOPS, plan reused", "FP8 / 16-bit (library)", "library FA2 (fas_fwd) TFLOPS",
+    "SDPA cuDNN TFLOPS", "SDPA flash TFLOPS", "library (plan reused) / cuDNN"]
+
+
+def print_table(columns: list[str], rows: list) -> None:
+    """One markdown table after a blank line; nothing when there are no rows."""
+    if not rows:
+        return
+    print()
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--artifact", type=Path, nargs="+", required=True,
@@ -367,31 +385,16 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
           f"library {libs.libs[0].version()} ({names})")
     print(f"heads {args.heads}, {args.total_tokens} tokens per shape, median of {args.repeats} timings, taken in shuffled rounds over the backends")
-    print()
-    print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS, plan reused | library TFLOPS, "
-          "planning in each call | planning cost (% of one forward) | library FP8 e4m3 in TFLOPS, plan reused | "
-          "FP8 / 16-bit (library) | library FA2 (fas_fwd) TFLOPS | SDPA cuDNN TFLOPS | SDPA flash TFLOPS | "
-          "library (plan reused) / cuDNN |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = dense_rows(libs, args) if "dense" in args.only else []
     rows += vision_rows(libs, args) if "vision" in args.only else []
     rows += [varlen_row(libs, args)] if "varlen" in args.only else []
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
+    print_table(FORWARD_COLUMNS, rows)
     if "window" in args.only:
-        print()
-        print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS (window: scores inside it) | "
-              "time | window / no window |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for row in window_rows(libs, args):
-            print("| " + " | ".join(str(c) for c in row) + " |")
+        print_table(SHARED_COLUMNS + ["library TFLOPS (window: scores inside it)", "time", "window / no window"],
+                    window_rows(libs, args))
     if "softcap" in args.only:
-        print()
-        print("| dtype | hdim | mask | batch x seqlen | family | library TFLOPS with softcap | without | "
-              "softcap / without |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for row in softcap_rows(libs, args):
-            print("| " + " | ".join(str(c) for c in row) + " |")
+        print_table(SHARED_COLUMNS + ["library TFLOPS with softcap", "without", "softcap / without"],
+                    softcap_rows(libs, args))
 
 
 if __name__ == "__main__":

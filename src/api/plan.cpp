@@ -70,11 +70,10 @@ fas_status check_plan_device(const fas_plan* plan, const char* call) {
                        "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
 }
 
-// The plan's layout from its arguments, host offsets and KV cache, validated.
 // The softcap, and the local window in the layout's terms: -1 or a width up to max_seqlen_k per
 // side, the right side 0 for causal plans, and a window whose right side is 0 made causal (the
 // kernels' mask).
-fas_status resolve_window(const fas_plan_args& args, Layout* layout) {
+fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
     if (!(args.softcap >= 0.f) || std::isinf(args.softcap)) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("softcap is ", args.softcap, "; it must be a finite value > 0 (the cap) or 0 (off)"));
@@ -102,6 +101,7 @@ fas_status resolve_window(const fas_plan_args& args, Layout* layout) {
     return FAS_SUCCESS;
 }
 
+// The plan's layout from its arguments, host offsets and KV cache, validated.
 fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, KvCache* kv, Layout* layout) {
     const int batch_size = args.batch_size;
     Layout& l = *layout;
@@ -120,7 +120,7 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, K
                            " is empty); nothing to plan"));
     }
     if (const fas_status status = resolve_layout(layout); status != FAS_SUCCESS) return status;
-    if (const fas_status status = resolve_window(args, layout); status != FAS_SUCCESS) return status;
+    if (const fas_status status = resolve_masks(args, layout); status != FAS_SUCCESS) return status;
     if (kv->paged) {
         if (const fas_status status = resolve_paged_strides(args, kv, layout); status != FAS_SUCCESS) return status;
     }

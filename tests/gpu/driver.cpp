@@ -28,6 +28,16 @@ AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int 
 
 namespace {
 
+// A varlen case through the plan API, run twice (the runs must agree bit for bit), on `family`.
+AttentionCase plan_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
+                        std::vector<int> seqlens, fas_family family) {
+    AttentionCase c = varlen_case(std::move(config), dtype, heads_q, heads_kv, head_dim, causal, std::move(seqlens));
+    c.use_plan = true;
+    c.plan_runs = 2;
+    c.expect_family = family;
+    return c;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Command line
 
@@ -181,13 +191,10 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
     fas_family vision_family = FAS_FAMILY_FA2;
     if (fas_query_plan_support(dtype, 80, 0, &vision_family, nullptr) == FAS_SUCCESS &&
         vision_family == FAS_FAMILY_SM90) {
-        AttentionCase vision = varlen_case("qwen2.5-vl-vision-plan", dtype, 16, 16, 80, false,
-                                           quick ? std::vector<int>{64, 64, 3, 200}
-                                                 : std::vector<int>{64, 64, 64, 64, 576, 1296, 3});
-        vision.use_plan = true;
-        vision.plan_runs = 2;
-        vision.expect_family = FAS_FAMILY_SM90;
-        cases.push_back(vision);
+        cases.push_back(plan_case("qwen2.5-vl-vision-plan", dtype, 16, 16, 80, false,
+                                  quick ? std::vector<int>{64, 64, 3, 200}
+                                        : std::vector<int>{64, 64, 64, 64, 576, 1296, 3},
+                                  FAS_FAMILY_SM90));
     }
     // The LLM config through the plan API when an SM90 kernel serves it: one plan, several runs
     // that must agree bit for bit.
@@ -213,19 +220,19 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         for (const auto& w : windows) {
             if (w.right > 0 && fas_query_support(dtype, 128, 0, nullptr) != FAS_SUCCESS) continue;  // no FA2 here
             const bool causal = w.right == 0;
-            AttentionCase local = varlen_case("window-" + std::to_string(w.left) + "/" + std::to_string(w.right), dtype,
-                                              w.heads_q, w.heads_kv, 128, causal,
-                                              quick ? std::vector<int>{1, 37, 200, 129}
-                                                    : std::vector<int>{1, 37, 200, 129, 5000, 64});
-            local.use_plan = true;
-            local.plan_runs = 2;
+            // SM90 takes right 0 or -1 where its kernel is built; right > 0 is FA2's.
+            fas_family family = FAS_FAMILY_FA2;
+            if (w.right > 0 || fas_query_plan_support(dtype, 128, causal, &family, nullptr) != FAS_SUCCESS) {
+                family = FAS_FAMILY_FA2;
+            }
+            AttentionCase local = plan_case("window-" + std::to_string(w.left) + "/" + std::to_string(w.right), dtype,
+                                            w.heads_q, w.heads_kv, 128, causal,
+                                            quick ? std::vector<int>{1, 37, 200, 129}
+                                                  : std::vector<int>{1, 37, 200, 129, 5000, 64},
+                                            family);
             local.use_window = true;
             local.window_left = w.left;
             local.window_right = w.right;
-            // SM90 takes right 0 or -1 where its kernel is built; right > 0 is FA2's.
-            fas_family family = FAS_FAMILY_FA2;
-            local.expect_family = w.right <= 0 && fas_query_plan_support(dtype, 128, causal, &family, nullptr) ==
-                                                      FAS_SUCCESS ? family : FAS_FAMILY_FA2;
             cases.push_back(local);
         }
     }
@@ -249,16 +256,14 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         if (!sm90_softcap && fas_query_support(dtype, cap.head_dim, cap.causal && cap.left < 0, nullptr) != FAS_SUCCESS) {
             continue;  // neither an SM90 softcap kernel nor FA2 in this build
         }
-        AttentionCase soft = varlen_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
-                                         cap.heads_kv, cap.head_dim, cap.causal,
-                                         quick ? std::vector<int>{1, 37, 200, 129}
-                                               : std::vector<int>{1, 37, 200, 129, 1500, 64});
-        soft.use_plan = true;
-        soft.plan_runs = 2;
+        AttentionCase soft = plan_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
+                                       cap.heads_kv, cap.head_dim, cap.causal,
+                                       quick ? std::vector<int>{1, 37, 200, 129}
+                                             : std::vector<int>{1, 37, 200, 129, 1500, 64},
+                                       sm90_softcap ? FAS_FAMILY_SM90 : FAS_FAMILY_FA2);
         soft.softcap = cap.cap;
         soft.use_window = cap.left >= 0;
         soft.window_left = cap.left;
-        soft.expect_family = sm90_softcap ? FAS_FAMILY_SM90 : FAS_FAMILY_FA2;
         cases.push_back(soft);
     }
     // Every compiled kernel once, GQA ratio 4, padded row strides.
@@ -314,14 +319,12 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                     continue;
                 }
                 const bool wide_gqa = narrower == info.head_dim - 24;
-                AttentionCase roundup = varlen_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
-                                                    wide_gqa ? 2 : 16, narrower, info.causal != 0,
-                                                    quick ? std::vector<int>{1, 37, 200, 129}
-                                                          : std::vector<int>{64, 1, 1500, 37, 200, 129, 3});
+                AttentionCase roundup = plan_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
+                                                  wide_gqa ? 2 : 16, narrower, info.causal != 0,
+                                                  quick ? std::vector<int>{1, 37, 200, 129}
+                                                        : std::vector<int>{64, 1, 1500, 37, 200, 129, 3},
+                                                  FAS_FAMILY_SM90);
                 roundup.row_padding = 8;
-                roundup.use_plan = true;
-                roundup.plan_runs = 2;
-                roundup.expect_family = FAS_FAMILY_SM90;
                 roundup.expect_kernel_head_dim = info.head_dim;
                 cases.push_back(roundup);
             }
