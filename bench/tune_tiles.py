@@ -10,7 +10,8 @@ with bench_attention.py.
 
 Every variant library holds the same kernels (bf16 hdim 64/128/256 and FP8 hdim 128/256 with bf16
 output, causal and not); a variant's table (TABLES below) replaces tiles.h's through
-FAS_SM90_TILES_OVERRIDE, so its planner and kernels agree. Objects whose shape equals another
+FAS_SM90_TILES_OVERRIDE, so its planner and kernels agree; `--softcap` adds the softcap
+family's kernels (head dims 128/256, the 16-bit tiles). Objects whose shape equals another
 variant's are compiled once. Experiments: `build --first-include DIR` puts DIR's src/-relative
 headers ahead of ours (another scheduler), `--nvcc CMD` compiles with another toolkit (e.g.
 `docker exec NAME nvcc`), `--head-dims` / `--no-fp8` build fewer kernels; `bench --out` takes
@@ -106,9 +107,10 @@ def table_of(variant: str, library: dict) -> dict:
     return {**library, **TABLES[variant]}
 
 
-def kernel_tu(fp8: bool, head_dim: int, causal: bool) -> KernelTU:
+def kernel_tu(fp8: bool, head_dim: int, causal: bool, softcap: bool = False) -> KernelTU:
     """The pipeline's TU for a variant kernel (bf16 output; FP8 inputs for the FP8 family)."""
-    return KernelTU("sm90_fp8_prefill" if fp8 else "sm90_prefill", head_dim, "bf16", causal)
+    family = "sm90_softcap_prefill" if softcap else "sm90_fp8_prefill" if fp8 else "sm90_prefill"
+    return KernelTU(family, head_dim, "bf16", causal)
 
 
 def override_header(table: dict) -> str:
@@ -142,8 +144,10 @@ def run(argv: list[str]) -> None:
 
 
 def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None,
-          nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True) -> None:
-    kernels = [key for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
+          nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True, softcap=False) -> None:
+    kernels = [(*key, False) for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
+    if softcap:  # the softcap family exists at 128 and 256; its tiles are the 16-bit kernel's
+        kernels += [(False, hd, causal, True) for hd in (128, 256) if hd in head_dims for causal in (False, True)]
     out = out.resolve()  # the tile override is #included by path, relative to the TU's folder
     root = out / "headers"
     if not root.exists():
@@ -173,8 +177,9 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
         mine = []
         for key in kernels:
-            q, kv, stages = table[key]
-            source = REPO / kernel_tu(*key).source
+            q, kv, stages = table[key[:3]]
+            tu = kernel_tu(*key)
+            source = REPO / tu.source
             obj = objects / f"{source.stem}_q{q}_kv{kv}_s{stages}.o"
             jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
                                             str(source)])
@@ -316,6 +321,7 @@ def main() -> None:
     b.add_argument("--nvcc", default="nvcc", help="compiler command, e.g. 'docker exec NAME nvcc' for another toolkit")
     b.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256], help="kernels of these head dims only")
     b.add_argument("--no-fp8", action="store_true", help="leave out the FP8 kernels")
+    b.add_argument("--softcap", action="store_true", help="add the softcap kernels (head dims 128/256)")
     t = sub.add_parser("bench")
     # Each OUT holds variant folders (default, v1, ...); an exported artifact placed as
     # OUT/default compares the release build with these in the same run.
@@ -330,7 +336,7 @@ def main() -> None:
         pack(args.archive)
     elif args.command == "build":
         build(args.headers, args.out, args.jobs, args.first_include, args.variants, tuple(shlex.split(args.nvcc)),
-              tuple(args.head_dims), not args.no_fp8)
+              tuple(args.head_dims), not args.no_fp8, args.softcap)
     else:
         bench(args.out, args.repeats, tuple(args.seqlens), tuple(args.head_dims),
               tuple(tuple(map(int, pair.split(":"))) for pair in args.round_up))
