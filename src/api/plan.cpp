@@ -148,8 +148,6 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                       "; the paged kernels are built for 9.0");
     }
     if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q, k and v (FP8 KV caches: not yet)";
-    if (has_local_window(layout)) return "the paged family takes no window yet";
-    if (layout.softcap > 0.f) return "the paged family takes no softcap yet";
     const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
     if (layout.out_row_stride != out_width) {
         return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
@@ -159,6 +157,11 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     *kernel = fas_paged::choose_kernel(layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                        layout.num_heads_q / layout.num_heads_k, &why);
     if (*kernel == nullptr) return why;
+    if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
+        return concat("paged plans take a window or softcap on the decode kernel only, whose tiles hold 16 rows "
+                      "(queries per sequence x query heads per KV head; here ", layout.max_seqlen_q, " x ",
+                      layout.num_heads_q / layout.num_heads_k, "); the 64-row paged tiles take neither yet");
+    }
     request->cu_seqlens_q = args.cu_seqlens_q;
     request->batch_size = layout.batch_size;
     if (kv.paged) {

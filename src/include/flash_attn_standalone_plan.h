@@ -62,14 +62,17 @@
  *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right
  *   = -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of
  *   a query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs
- *   on FA2 (fas_plan_info.sm90_unused_reason says so); the paged family serves no window yet
- *   (a windowed paged plan fails with FAS_ERROR_NOT_BUILT; a windowed decode-shaped varlen plan
- *   runs on SM90 or FA2). A row that sees no key (e.g. left = 0 and right = 0 with sk < sq)
- *   gets out = 0. FP8 plans take no window yet.
+ *   on FA2 (fas_plan_info.sm90_unused_reason says so). The paged family's decode kernel (paged
+ *   and decode-shaped varlen plans whose queries per sequence x query heads per KV head fit
+ *   its 16-row tiles, e.g. one query at GQA 16, 8 at GQA 2) serves any left window, its KV
+ *   splits covering only the keys inside the window; other paged plans with a window (the
+ *   64-row paged tiles, the SM90 paged kernels) fail with FAS_ERROR_NOT_BUILT. A row that sees
+ *   no key (e.g. left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans take no window yet.
  *   Softcap (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
  *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
- *   round-up below them), FA2 on any of its kernels; the paged family, the SM90 paged kernels and
- *   FP8 plans take no softcap yet. The LSE is that of the capped scores.
+ *   round-up below them), FA2 on any of its kernels, the paged family on its decode kernel (as
+ *   windows); the 64-row paged tiles, the SM90 paged kernels and FP8 plans take no softcap yet.
+ *   The LSE is that of the capped scores.
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
  *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128 and 256.

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include <flashinfer/cp_async.cuh>
+#include <flashinfer/math.cuh>
 #include <flashinfer/mma.cuh>
 
 #include "paged/merge.cuh"
@@ -105,8 +106,11 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
     const int page_size = a.page_size;
     const int page_shift = __popc(page_size) == 1 ? __ffs(page_size) - 1 : -1;
     const int kv_len = pages == 0 ? 0 : (pages - 1) * page_size + a.last_page_len[request];
-    const int chunk = a.split ? a.kv_chunk_size[0] : kv_len;
-    const int kv_begin = a.split ? min(kv_tile * chunk, kv_len) : 0;
+    // Under a left window the sequence's keys (and the plan's chunks of them) start at kv_start.
+    const int kv_start = window_start(kv_len, qo_len, a.window_left);
+    const int span = kv_len - kv_start;
+    const int chunk = a.split ? a.kv_chunk_size[0] : span;
+    const int kv_begin = kv_start + (a.split ? min(kv_tile * chunk, span) : 0);
     const int kv_end = a.split ? min(kv_begin + chunk, kv_len) : kv_len;
     const int iterations = (kv_end - kv_begin + S::kKeys - 1) / S::kKeys;
     const int row0 = qo_tile * 16;
@@ -185,14 +189,22 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
 
     // Rows this thread holds: g and g + 8 of the tile (mma accumulator layout).
     const int g = lane / 4, t = lane % 4;
-    const float scale_log2 = a.softmax_scale * kLog2e;
-    int last_key[2];  // the last key each row may see (bottom-right causal), else kv_end - 1
+    // A softcap turns a score s into cap * tanh(s * scale / cap): tanh here, cap in the exp2 scale.
+    const bool capped = a.softcap > 0.f;
+    const float pre_tanh = capped ? a.softmax_scale / a.softcap : 0.f;
+    const float scale_log2 = (capped ? a.softcap : a.softmax_scale) * kLog2e;
+    // The keys each row may see: up to last_key (bottom-right causal, else kv_end - 1), from
+    // first_key on (a left window, else 0). tile_*: the bounds every row of the tile obeys.
+    const bool window = a.window_left >= 0;
+    int last_key[2], first_key[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         const int token = (row0 + g + 8 * j) / group;
         last_key[j] = Causal ? min(kv_end - 1, token + kv_len - qo_len) : kv_end - 1;
+        first_key[j] = window ? token + kv_len - qo_len - a.window_left : 0;
     }
     const int tile_last_key = Causal ? min(kv_end - 1, row0 / group + kv_len - qo_len) : kv_end - 1;
+    const int tile_first_key = window ? (row0 + 15) / group + kv_len - qo_len - a.window_left : 0;
 
     float o[kDimBlocks][4];
 #pragma unroll
@@ -222,8 +234,19 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
                 mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_step, k_frag);  // keys 0-7 and 8-15
             }
         }
+        if (capped) {
+#pragma unroll
+            for (int b = 0; b < S::kBlocks; ++b) {
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[b][n][e] = flashinfer::math::tanh(s[b][n][e] * pre_tanh);
+                }
+            }
+        }
         const int stage_key = kv_begin + it * S::kKeys + key0;
-        if (stage_key + S::kWarpKeys - 1 > tile_last_key) {  // some key of this warp is past a row's end
+        // Some key of this warp is past a row's end or before a row's window.
+        if (stage_key + S::kWarpKeys - 1 > tile_last_key || stage_key < tile_first_key) {
 #pragma unroll
             for (int b = 0; b < S::kBlocks; ++b) {
 #pragma unroll
@@ -231,7 +254,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int key = stage_key + b * 16 + n * 8 + 2 * t + (e & 1);
-                        if (key > last_key[e / 2]) s[b][n][e] = -INFINITY;
+                        if (key > last_key[e / 2] || key < first_key[e / 2]) s[b][n][e] = -INFINITY;
                     }
                 }
             }
@@ -316,7 +339,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
     }
     __syncthreads();
 
-    const int num_chunks = a.split ? (max(kv_len, 1) + chunk - 1) / chunk : 1;
+    const int num_chunks = a.split ? (max(span, 1) + chunk - 1) / chunk : 1;
     float* lse = a.split ? a.tmp_s : a.lse;
     for (int i = tid; i < 16 * kChunks; i += S::kThreads) {
         const int row = i / kChunks, chunk8 = i % kChunks;

@@ -50,6 +50,10 @@ struct LaunchArgs {
     int first_row;                // cu_seqlens_q[0]
     int sm_count;
     bool long_shape;              // the decode kernel's long shape (has_long_decode)
+    // The decode kernel's masks beyond causal (the 64-row kernel takes neither): a left window
+    // (-1: none; the plan's KV chunks start at window_start) and the logits softcap (0: off).
+    int window_left;
+    float softcap;
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
@@ -78,6 +82,13 @@ constexpr int kLongDecodeMinKeys = 2048;
 // 16-row tiles, launch.cuh's KV tile for 64-row ones.
 constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false) {
     return tile_q == 16 ? (long_shape ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
+}
+
+// The first key any query of a sequence sees under a left window (FlashAttention's, bottom-right
+// aligned: query i of qo_len sees keys from i + kv_len - qo_len - window_left on); 0 without one.
+// Planner and kernel both count a sequence's KV chunks from here.
+constexpr int window_start(int kv_len, int qo_len, int window_left) {
+    return window_left < 0 || kv_len - qo_len - window_left < 0 ? 0 : kv_len - qo_len - window_left;
 }
 
 // Bytes per element of a split plan's partial rows: the decode kernel (16-row tiles) writes

@@ -56,13 +56,14 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
                     HostSchedule* s) {
     const int batch = request.batch_size;
     const int group = layout.num_heads_q / layout.num_heads_k;
-    std::vector<int32_t> kv_len(batch);
+    std::vector<int32_t> kv_len(batch), span(batch);  // span: the keys a window leaves (all without one)
     std::vector<int64_t> qo_tiles(batch);
     for (int i = 0; i < batch; ++i) {
         kv_len[i] = request.kv_lengths != nullptr ? request.kv_lengths[i]
                                                   : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
-        const int64_t qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
-        qo_tiles[i] = ceil_div(qo_len * group, tile_q);
+        const int32_t qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
+        qo_tiles[i] = ceil_div(int64_t{qo_len} * group, tile_q);
+        span[i] = kv_len[i] - window_start(kv_len[i], qo_len, layout.window_left);
     }
     s->q_indptr.assign(request.cu_seqlens_q, request.cu_seqlens_q + batch + 1);
     s->page_indptr.assign(batch + 1, 0);
@@ -77,24 +78,24 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
         }
     }
 
-    s->chunk = choose_chunk(qo_tiles, kv_len, layout.num_heads_k, wave, kv_tile);
+    s->chunk = choose_chunk(qo_tiles, span, layout.num_heads_k, wave, kv_tile);
     const bool split = s->chunk > 0;
     std::vector<int32_t> chunks(batch, 1);
     if (split) {
-        for (int i = 0; i < batch; ++i) chunks[i] = static_cast<int32_t>(ceil_div(std::max(kv_len[i], 1), s->chunk));
+        for (int i = 0; i < batch; ++i) chunks[i] = static_cast<int32_t>(ceil_div(std::max(span[i], 1), s->chunk));
         s->max_chunks = *std::max_element(chunks.begin(), chunks.end());
     }
     // The longest KVs first: their CTAs take longest, so they should start first.
     std::vector<int> order(batch);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kv_len[a] > kv_len[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return span[a] > span[b]; });
     for (int i : order) {
         for (int64_t t = 0; t < qo_tiles[i]; ++t) {
             for (int32_t c = 0; c < chunks[i]; ++c) {
                 s->request.push_back(i);
                 s->qo_tile.push_back(static_cast<int32_t>(t));
                 s->kv_tile.push_back(c);
-                s->cta_keys += split ? std::min<int64_t>(s->chunk, kv_len[i] - int64_t{c} * s->chunk) : kv_len[i];
+                s->cta_keys += split ? std::min<int64_t>(s->chunk, span[i] - int64_t{c} * s->chunk) : span[i];
             }
         }
     }
@@ -227,6 +228,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;
     a.long_shape = long_shape;
+    a.window_left = layout.window_left;
+    a.softcap = layout.softcap;
     if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
 
     plan->kernel = kernel;

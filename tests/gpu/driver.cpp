@@ -286,6 +286,15 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             decode.plan_runs = 2;
             decode.expect_family = FAS_FAMILY_PAGED;
             cases.push_back(decode);
+            // The same with a causal window of 64 keys and softcap 30, on the decode kernel too.
+            decode.config = "plan-decode-contiguous-window-softcap";
+            decode.heads_q = 8;
+            decode.heads_kv = 4;
+            decode.use_window = true;
+            decode.window_left = 64;
+            decode.window_right = 0;
+            decode.softcap = 30.f;
+            cases.push_back(decode);
             continue;
         }
         if (std::strcmp(info.family, "sm90") == 0) {

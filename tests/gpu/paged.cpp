@@ -22,6 +22,8 @@ struct PagedCase {
     bool expect_split = false;
     int expect_ctas_per_sm = 0;  // the decode kernel's shape (fas_plan_info.ctas_per_sm); 0: either
     int expect_family = -1;      // -1: SM90 for more than 8 queries where its paged kernel is built
+    int window_left = -1;        // >= 0: a causal left window (use_window, right 0)
+    float softcap = 0.f;
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -111,6 +113,10 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     args.page_size = c.page_size;
     args.num_pages = num_pages;
     args.page_indices_host = ids.data();
+    args.use_window = c.window_left >= 0 ? 1 : 0;
+    args.window_size_left = c.window_left;
+    args.window_size_right = 0;
+    args.softcap = c.softcap;
     fas_plan* plan = nullptr;
     if (fas_plan_create(&args, &plan) != FAS_SUCCESS) {
         return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
@@ -174,6 +180,10 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     const bool same_runs = outs[0] == outs[1] && std::memcmp(lses[0].data(), lses[1].data(), lse_dev.bytes()) == 0;
 
     AttentionCase ref_case{c.name, dtype, c.heads_q, c.heads_kv, c.head_dim, c.causal, true, c.seqlens_q, c.seqlens_k};
+    ref_case.use_window = c.window_left >= 0;
+    ref_case.window_left = c.window_left;
+    ref_case.window_right = 0;
+    ref_case.softcap = c.softcap;
     const Reference ref = compute_reference(ref_case, q.values, k.values, v.values, 1.f / std::sqrt(float(c.head_dim)));
     OutputView view{outs[0].data(), static_cast<size_t>(c.heads_q) * c.head_dim};
     view.lse = lses[0].data();
@@ -192,8 +202,11 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
 
 std::string describe(const PagedCase& c, fas_dtype dtype) {
     char text[200];
-    std::snprintf(text, sizeof text, "%-26s %s hdim=%d %d/%d %s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
-                  dtype_name(dtype), c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", c.page_size,
+    const std::string masks = (c.window_left >= 0 ? " window=" + std::to_string(c.window_left) : std::string()) +
+                              (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string());
+    std::snprintf(text, sizeof text, "%-26s %s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
+                  dtype_name(dtype), c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
+                  c.page_size,
                   c.seqlens_q.size(), *std::min_element(c.seqlens_q.begin(), c.seqlens_q.end()),
                   *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
                   *std::min_element(c.seqlens_k.begin(), c.seqlens_k.end()),
@@ -284,6 +297,26 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // Queries without keys: the SM90 kernels refuse the layout, the paged family serves it.
         cases.push_back({"paged-chunked-no-keys", 8, 2, head_dim, true, 16, {12, 3}, {40, 0}, false, 0,
                          FAS_FAMILY_PAGED});
+        // Windows (0, 1, 64, 4096 keys left of the diagonal) and softcaps (30, 50) on the decode
+        // kernel (queries x group <= 16 rows): KVs shorter and longer than the window, speculative
+        // queries (each row its own first key), a split whose chunks cover only the window, and
+        // the long shape.
+        for (int left : {0, 1, 64, 4096}) {
+            cases.push_back({"paged-decode-window", 16, 2, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 100, 5000}, false,
+                             0, FAS_FAMILY_PAGED, left});
+        }
+        cases.push_back({"paged-spec-window", 8, 4, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}, false, 0,
+                         FAS_FAMILY_PAGED, 64});
+        cases.push_back({"paged-decode-window-split", 16, 2, head_dim, true, 16, {1, 1}, {quick ? 20000 : 65536, 3000},
+                         true, 0, FAS_FAMILY_PAGED, 4096});
+        cases.push_back({"paged-decode-softcap", 16, 2, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}, false, 0,
+                         FAS_FAMILY_PAGED, -1, 50.f});
+        cases.push_back({"paged-spec-softcap-window-split", 14, 2, head_dim, true, 32, {2, 1}, {30000, 700}, true, 0,
+                         FAS_FAMILY_PAGED, 1000, 30.f});
+        if (!quick && head_dim == 128) {
+            cases.push_back({"paged-decode-long-window", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                             std::vector<int>(40, 6000), false, 0, FAS_FAMILY_PAGED, 3000, 30.f});
+        }
         if (!quick) {
             cases.push_back({"paged-spec-gqa7", 7, 1, head_dim, true, 32, {3, 8, 1}, {100, 2000, 8}});
             // Chunked prefill over cached pages (queries fewer than keys), causal and not.
