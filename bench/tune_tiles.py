@@ -75,7 +75,7 @@ TABLES = {
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
-           if (hd != 64 or not fp8) and (hd in (64, 128, 256) or not fp8)]
+           if (hd != 64 or not fp8) and (hd in (64, 128, 192, 256) or not fp8)]
 FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
          "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
          "--expt-extended-lambda", "--use_fast_math", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",

@@ -273,8 +273,9 @@ def _paged_args(tu) -> tuple[str, ...]:
 
 OUTPUT_DTYPES = ("fp16", "bf16")
 FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
-SM90_HEAD_DIMS = (64, 128, 256)  # the head dims src/sm90/tiles.h has tile shapes for, every SM90 table
+SM90_HEAD_DIMS = (64, 128, 256)  # the head dims of every SM90 and paged table in src/sm90/tiles.h and src/paged
 SM90_PREFILL_HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit varlen table also has 96 and 192
+SM90_FP8_HEAD_DIMS = (64, 128, 192, 256)  # FP8 also 192 (its V transpose works in 64 x 64 blocks: no 96)
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
@@ -312,7 +313,7 @@ FAMILIES = {
         ),
         Family(  # q/k/v in FP8 e4m3; a matrix's dtypes are the output's
             name="sm90_fp8_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
-            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
+            head_dims=SM90_FP8_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
         ),

@@ -75,7 +75,8 @@
  *   The LSE is that of the capped scores.
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
- *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128 and 256.
+ *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and
+ *   256 (`full`; none at 96: their V transpose works in 64 x 64 blocks).
  *   An fp16/bf16 varlen plan whose head_dim (a multiple of 8) has no kernel of its own runs on
  *   the kernel of the next larger built head dim (ROUND-UP: head dim 80, the Qwen2.5-VL vision
  *   tower's, and 72 or 88 run on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and

@@ -97,7 +97,12 @@ struct AssemblyFp8 {
                                                         OrderedEpilogueFP8Attention>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
-    using Epilogue = flashinfer::FP8CollectiveEpilogue<Traits>;
+    static_assert(Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0 || Kernel::kSeparateO,
+                  "our epilogue serves FP8 only with smem_o in its own bytes (no V^T overlay to order)");
+    // The upstream FP8 epilogue copies whole rows with head_dim / 8 threads each, which must
+    // divide the consumer threads (64, 128, 256 do; 192 does not): ours otherwise.
+    using Epilogue = std::conditional_t<Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0,
+                                        flashinfer::FP8CollectiveEpilogue<Traits>, Epilogue16<Traits>>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                                 /*LEFT_SLIDING_WINDOW=*/false, Causal,

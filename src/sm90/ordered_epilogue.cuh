@@ -28,6 +28,8 @@
 #ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
 #define FAS_SM90_ORDERED_EPILOGUE_CUH
 
+#include <type_traits>
+
 #include <flashinfer/attention/hopper/named_barrier.cuh>
 #include <flashinfer/attention/hopper/quantization/epilogue.cuh>
 #include <flashinfer/attention/hopper/quantization/kernel_traits.cuh>
@@ -52,11 +54,21 @@ constexpr int copy_threads_per_row(int vectors) {
     return threads;
 }
 
+// The output's head dim: HEAD_DIM_VO of the 16-bit traits, HEAD_DIM of the FP8 ones.
+template <typename Traits, typename = void>
+struct OutputHeadDim {
+    static constexpr int value = Traits::HEAD_DIM;
+};
+template <typename Traits>
+struct OutputHeadDim<Traits, std::void_t<decltype(Traits::HEAD_DIM_VO)>> {
+    static constexpr int value = Traits::HEAD_DIM_VO;
+};
+
 template <typename Traits>
 struct Epilogue16 {
     using DTypeO = typename Traits::DTypeO;
     static constexpr int kCtaQ = Traits::CTA_Q;
-    static constexpr int kHeadDim = Traits::HEAD_DIM_VO;
+    static constexpr int kHeadDim = OutputHeadDim<Traits>::value;
     static constexpr int kConsumers = Traits::NUM_MMA_THREADS;
     using TileO = cute::Shape<cute::Int<kCtaQ>, cute::Int<kHeadDim>>;
     using SmemLayoutO = typename Traits::SmemLayoutO;
