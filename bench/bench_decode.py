@@ -13,6 +13,8 @@ paged 1 against contiguous (last columns, after the issue's columns), and the pl
 of a step: (create + 36 runs + destroy_async) against 36 runs with the
 plan reused, as a share of the 36 runs (an engine plans once per step and runs every layer).
 Timing: bench_attention.median_ms_each (rounds in shuffled order, median of samples).
+`--masks` adds a table of the decode kernel with a causal window and with a softcap against the
+same paged plan without them.
 """
 
 from __future__ import annotations
@@ -135,6 +137,56 @@ def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
     return {"times": times, "infos": infos, "error": check()}
 
 
+MASK_ROWS = [(8, 32768), (1, 131072)]
+WINDOW_LEFT, SOFTCAP = 4096, 50.0
+
+
+def mask_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
+    """One decode row on a paged cache (pages of 16) without masks, with a causal window of
+    WINDOW_LEFT keys, and with softcap SOFTCAP: times, and the windowed output's max error against
+    SDPA (math, fp32) over the keys inside the window."""
+    torch.manual_seed(0)
+    stream = torch.cuda.current_stream().cuda_stream
+    q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, kv_len, HEADS_KV, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    outs = {name: torch.empty_like(q) for name in ("plain", "window", "softcap")}
+    fns = {}
+    for name, out in outs.items():
+        args, run = paged_plan(q, k, v, out, 16, stream)
+        if name == "window":
+            args.use_window, args.window_size_left, args.window_size_right = 1, WINDOW_LEFT, 0
+        if name == "softcap":
+            args.softcap = SOFTCAP
+        fns[name] = plan_runner(lib, args, run)[0]
+    times = median_ms_each(fns, repeats)
+    fns["window"]()
+    torch.cuda.synchronize()
+    inside = slice(max(0, kv_len - 1 - WINDOW_LEFT), kv_len)
+    qt, kt, vt = q.transpose(1, 2).float(), k[:, inside].transpose(1, 2).float(), v[:, inside].transpose(1, 2).float()
+    reference = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+    return {"times": times, "error": (outs["window"].float() - reference).abs().max().item()}
+
+
+def print_mask_rows(lib: Library, repeats: int) -> None:
+    """The window and softcap on the decode kernel against the same plan without them."""
+    print(f"\nMasks on the decode kernel (paged cache, pages of 16): a causal window of {WINDOW_LEFT} keys "
+          f"(time should follow the window: bandwidth over the keys inside it) and softcap {SOFTCAP:g}\n")
+    print("| batch x KV | plain | TB/s | window | TB/s (window's keys) | plain / window | max err (window) "
+          "| softcap | softcap / plain |")
+    print("| --- " * 9 + "|")
+    for batch, kv_len in MASK_ROWS:
+        row = mask_row(lib, batch, kv_len, repeats)
+        t = row["times"]
+        plain, window, capped = (t.get(n) for n in ("plain", "window", "softcap"))
+        row_bytes = batch * HEADS_KV * HEAD_DIM * 2 * 2
+        in_window = min(kv_len, WINDOW_LEFT + 1)
+        print(f"| {batch} x {kv_len // 1024}k | {us(plain)} | {tbps(row_bytes * kv_len, plain)} | {us(window)} "
+              f"| {tbps(row_bytes * in_window, window)} | {plain / window:.1f}x | {row['error']:.1e} | {us(capped)} "
+              f"| {plain / capped:.2f}x |", flush=True)
+        torch.cuda.empty_cache()
+
+
 def us(value) -> str:
     return f"{value * 1e3:.0f} us" if isinstance(value, float) else str(value)
 
@@ -149,6 +201,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS],
                         help="BATCHxKV_LENGTH rows to time (default: the issue's four)")
+    parser.add_argument("--masks", action="store_true",
+                        help="also the window and softcap table (a 4096-key window, softcap 50)")
     args = parser.parse_args()
     try:
         rows = [tuple(int(part) for part in row.lower().split("x")) for row in args.rows]
@@ -177,6 +231,8 @@ def main() -> None:
               f"| {row['error']:.1e} | {us(page1)} | {page1_vs} |", flush=True)
         del row
         torch.cuda.empty_cache()
+    if args.masks:
+        print_mask_rows(lib, args.repeats)
 
 
 if __name__ == "__main__":
