@@ -164,6 +164,7 @@ class PlanInfo(_Sized):
         ("sm90_unused_reason", ctypes.c_char_p),
         ("kv_splits", ctypes.c_int), ("packed_gqa", ctypes.c_int), ("query_tile_rows", ctypes.c_int),
         ("num_ctas", ctypes.c_int), ("total_pages", ctypes.c_int), ("ctas_per_sm", ctypes.c_int),
+        ("query_tiles", ctypes.c_int), ("packed", ctypes.c_int),
     ]
 
 

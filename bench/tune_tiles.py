@@ -107,9 +107,11 @@ def table_of(variant: str, library: dict) -> dict:
     return {**library, **TABLES[variant]}
 
 
-def kernel_tu(fp8: bool, head_dim: int, causal: bool, softcap: bool = False) -> KernelTU:
-    """The pipeline's TU for a variant kernel (bf16 output; FP8 inputs for the FP8 family)."""
-    family = "sm90_softcap_prefill" if softcap else "sm90_fp8_prefill" if fp8 else "sm90_prefill"
+def kernel_tu(fp8: bool, head_dim: int, causal: bool, flavor: str = "") -> KernelTU:
+    """The pipeline's TU for a variant kernel (bf16 output; FP8 inputs for the FP8 family);
+    flavor "softcap" or "packed" for those families (16-bit)."""
+    family = {"softcap": "sm90_softcap_prefill", "packed": "sm90_packed_prefill"}.get(
+        flavor, "sm90_fp8_prefill" if fp8 else "sm90_prefill")
     return KernelTU(family, head_dim, "bf16", causal)
 
 
@@ -144,10 +146,12 @@ def run(argv: list[str]) -> None:
 
 
 def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None, variants=None,
-          nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True, softcap=False) -> None:
-    kernels = [(*key, False) for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
+          nvcc=("nvcc",), head_dims=(64, 128, 256), fp8=True, softcap=False, packed=False) -> None:
+    kernels = [(*key, "") for key in KERNELS if key[1] in head_dims and (fp8 or not key[0])]
     if softcap:  # the softcap family exists at 128 and 256; its tiles are the 16-bit kernel's
-        kernels += [(False, hd, causal, True) for hd in (128, 256) if hd in head_dims for causal in (False, True)]
+        kernels += [(False, hd, causal, "softcap") for hd in (128, 256) if hd in head_dims for causal in (False, True)]
+    if packed:  # non-causal only; its tiles are the non-causal 16-bit kernel's
+        kernels += [(False, hd, False, "packed") for hd in head_dims]
     out = out.resolve()  # the tile override is #included by path, relative to the TU's folder
     root = out / "headers"
     if not root.exists():
@@ -322,6 +326,7 @@ def main() -> None:
     b.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256], help="kernels of these head dims only")
     b.add_argument("--no-fp8", action="store_true", help="leave out the FP8 kernels")
     b.add_argument("--softcap", action="store_true", help="add the softcap kernels (head dims 128/256)")
+    b.add_argument("--packed", action="store_true", help="add the packed kernels (sm90_packed_prefill)")
     t = sub.add_parser("bench")
     # Each OUT holds variant folders (default, v1, ...); an exported artifact placed as
     # OUT/default compares the release build with these in the same run.
@@ -336,7 +341,7 @@ def main() -> None:
         pack(args.archive)
     elif args.command == "build":
         build(args.headers, args.out, args.jobs, args.first_include, args.variants, tuple(shlex.split(args.nvcc)),
-              tuple(args.head_dims), not args.no_fp8, args.softcap)
+              tuple(args.head_dims), not args.no_fp8, args.softcap, args.packed)
     else:
         bench(args.out, args.repeats, tuple(args.seqlens), tuple(args.head_dims),
               tuple(tuple(map(int, pair.split(":"))) for pair in args.round_up))

@@ -104,6 +104,7 @@ class Family:
     registry_macro: str
     registry_params: tuple[str, ...]  # the macro's parameters, as the C includers name them
     registry_args: Callable  # KernelTU -> the macro's arguments, in registry_params order
+    causal: tuple[bool, ...] = (False, True)  # the causal values a matrix may list
 
 
 def _cpp_bool(value: bool) -> str:
@@ -219,6 +220,15 @@ def render_sm90_paged(tu) -> str:
                         f"run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
 
 
+def render_sm90_packed(tu) -> str:
+    return _sm90_source(tu, f"FlashInfer SM90 prefill over packed short sequences (block-diagonal mask): {tu.dtype}",
+                        "sm90/packed_launch.cuh", f"run_packed<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}>")
+
+
+def _sm90_packed_symbol(tu) -> str:
+    return f"fas_sm90::launch_ragged_packed<{_sm90_16bit_template_args(tu)}>"
+
+
 def _sm90_paged_symbol(tu) -> str:
     return f"fas_sm90::launch_paged_ragged<{_sm90_16bit_template_args(tu)}>"
 
@@ -322,6 +332,13 @@ FAMILIES = {
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_softcap, symbol=_sm90_softcap_symbol,
             registry_macro="FAS_SM90_SOFTCAP", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
+        ),
+        Family(  # short sequences sharing query tiles; non-causal only (per-row bounds carry causality)
+            name="sm90_packed_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
+            head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_sm90_packed, symbol=_sm90_packed_symbol,
+            registry_macro="FAS_SM90_PACKED", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
+            causal=(False,),
         ),
         Family(  # chunked prefill over a paged cache (matrices build it causal: queries fewer than keys)
             name="sm90_paged_prefill", upstream=FLASHINFER_SM90, api_path="sm90",

@@ -159,6 +159,11 @@ def _load_yaml(path: Path):
         raise ConfigError(f"{path.name}: {where}invalid YAML ({problem})", fix="correct the YAML syntax") from None
 
 
+def _yaml_word(value) -> str:
+    """A matrix value as YAML spells it (true/false, numbers, quoted strings)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 def _check_families(raw: dict, where: str) -> None:
     """An entry's kernel sets against the family records, and its memory estimates."""
     for index, kernel_set in enumerate(raw["kernels"]):
@@ -168,11 +173,11 @@ def _check_families(raw: dict, where: str) -> None:
             raise ConfigError(f"{at}.family: {name!r} is not allowed",
                               fix=f"use one of: {', '.join(repr(f) for f in FAMILIES)} (flashbuild/families.py)")
         family = FAMILIES[name]
-        for key, allowed in (("head_dims", family.head_dims), ("dtypes", family.dtypes)):
+        for key, allowed in (("head_dims", family.head_dims), ("dtypes", family.dtypes), ("causal", family.causal)):
             for position, value in enumerate(kernel_set[key]):
                 if value not in allowed:
-                    raise ConfigError(f"{at}.{key}[{position}]: {value!r} is not allowed",
-                                      fix=f"{name} exists for {key} {', '.join(map(str, allowed))}")
+                    raise ConfigError(f"{at}.{key}[{position}]: {_yaml_word(value)} is not allowed",
+                                      fix=f"{name} exists for {key} {', '.join(map(_yaml_word, allowed))}")
     estimates = raw["memory_estimates_gb"]
     unknown = sorted(set(estimates) - set(FAMILIES) - {HOST})
     if unknown:

@@ -111,6 +111,13 @@ def test_matrix_may_list_only_what_the_record_allows(toy):
             load_config(toy / "matrix.yaml")
 
 
+def test_matrix_may_list_only_the_causal_values_the_record_allows(toy, monkeypatch):
+    monkeypatch.setitem(families.FAMILIES, TOY.name, dataclasses.replace(TOY, causal=(False,)))
+    with pytest.raises(ConfigError, match=r"kernels\[0\]\.causal\[1\]: true is not allowed") as refused:
+        load_config(toy / "matrix.yaml")
+    assert refused.value.fix == "toy_decode exists for causal false"
+
+
 def test_families_sharing_a_registry_macro_agree_on_its_parameters():
     seen = {}
     for family in families.FAMILIES.values():

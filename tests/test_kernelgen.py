@@ -44,9 +44,9 @@ def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
 def test_registry_lists_exactly_the_entry_kernels(repo):
     plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"), repo)
     lines = [l for l in registry_text(plan.entries[0].kernels).splitlines() if l.startswith("FAS_")]
-    # 48 FA2 + 44 SM90 (20 fp16/bf16, 8 softcap, 16 FP8) + 6 SM90 paged (causal only)
-        # + 6 paged decode (causal only) + 12 paged prefill
-    assert len(lines) == len(plan.entries[0].kernels) == 116
+    # 48 FA2 + 54 SM90 (20 fp16/bf16, 8 softcap, 16 FP8, 10 packed: non-causal only) + 6 SM90 paged
+        # (causal only) + 6 paged decode (causal only) + 12 paged prefill
+    assert len(lines) == len(plan.entries[0].kernels) == 126
     assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines
@@ -54,6 +54,7 @@ def test_registry_lists_exactly_the_entry_kernels(repo):
     assert "FAS_PAGED(FAS_DTYPE_BF16, 128, true, 16)" in lines
     assert "FAS_PAGED(FAS_DTYPE_FP16, 256, false, 64)" in lines
     assert "FAS_SM90_PAGED(FAS_DTYPE_BF16, 128, true)" in lines
+    assert "FAS_SM90_PACKED(FAS_DTYPE_BF16, 96, false)" in lines
 
 
 def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
@@ -61,8 +62,8 @@ def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
     and none may leak past the include (src/fa2/launch.cu includes it twice)."""
     plan = make_plan(load_config(repo / "matrix.yaml").matrix("smoke"), repo)
     lines = registry_text(plan.entries[0].kernels).splitlines()
-    macros = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL", "FAS_SM90_SOFTCAP", "FAS_SM90_PAGED",
-              "FAS_PAGED")
+    macros = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL", "FAS_SM90_SOFTCAP", "FAS_SM90_PACKED",
+              "FAS_SM90_PAGED", "FAS_PAGED")
     entry = lines.index("FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false)")
     for macro in macros:
         guard = lines.index(f"#ifndef {macro}")

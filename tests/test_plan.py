@@ -23,13 +23,16 @@ def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_every_family_and_sm90_hdim
     want |= {f"sm90_prefill_hdim96_{d}{c}_sm90" for d in ("fp16", "bf16") for c in ("", "_causal")}
     want |= {f"{family}_hdim{h}_{d}_causal_sm90" for family in ("paged_decode", "sm90_paged_prefill")
              for h in (64, 128) for d in ("fp16", "bf16")}
+    # short sequences sharing query tiles: the vision tower's windows (96) and short prompts (128)
+    want |= {f"sm90_packed_prefill_hdim{h}_{d}_sm90" for h in (96, 128) for d in ("fp16", "bf16")}
     assert got == want
 
 
 def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo):
     got = names(repo, "full")
-    assert len(got) == 6 * 2 * 2 * 2 + 5 * 2 * 2 + 2 * 2 * 2 + 4 * 2 * 2 + 3 * 2 + 3 * 2 + 3 * 2 * 2
+    assert len(got) == 6 * 2 * 2 * 2 + 5 * 2 * 2 + 2 * 2 * 2 + 4 * 2 * 2 + 5 * 2 + 3 * 2 + 3 * 2 + 3 * 2 * 2
     assert "sm90_softcap_prefill_hdim256_bf16_causal_sm90" in got
+    assert "sm90_packed_prefill_hdim192_fp16_sm90" in got
     assert "sm90_prefill_hdim96_bf16_sm90" in got and "sm90_prefill_hdim192_fp16_causal_sm90" in got
     assert "paged_decode_hdim256_bf16_causal_sm90" in got
     assert "fa2_fwd_split_hdim256_bf16_causal_sm90" in got
@@ -109,7 +112,7 @@ def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "entry minimal-cuda12.4-sm90a" in out
-    assert "36 kernel TU(s)" in out
+    assert "40 kernel TU(s)" in out
     assert "sm90_prefill_hdim64_fp16_sm90" in out
     assert "fa2_fwd_hdim128_bf16_causal_sm90" in out
     assert "budget:" in out and "concurrency: up to" in out

@@ -207,6 +207,20 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {
         return decode_shaped_reason();
     }
+    // Batches of short sequences share query tiles where a packed kernel is built and packing pays
+    // (sm90/packed_args.h); the packed kernel takes causal plans and left windows through its row table.
+    if (!kv.paged && !softcap && device.is_sm90()) {
+        if (const fas_sm90::Kernel* packed = fas_sm90::find_packed_kernel(layout.dtype, layout.head_dim)) {
+            fas_sm90::PlanLayout candidate = *schedule;
+            candidate.head_dim = packed->head_dim;
+            candidate.packed = true;
+            if (fas_sm90::packs_pay(candidate) && fas_sm90::layout_unsupported_reason(candidate).empty()) {
+                *schedule = candidate;
+                *kernel = packed;
+                return std::string();
+            }
+        }
+    }
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
                                                           layout.causal, device, kv.paged, softcap);
     if (!why.empty()) return why;
@@ -407,6 +421,8 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
         filled.num_ctas = plan->sm90->args.num_ctas;
         filled.total_pages = plan->sm90->total_pages;
         filled.ctas_per_sm = 1;
+        filled.query_tiles = plan->sm90->args.num_units * plan->sm90->args.tiles_per_unit;
+        filled.packed = plan->sm90->kernel->packed ? 1 : 0;
     }
     if (plan->paged != nullptr) {
         const fas_paged::Plan& paged = *plan->paged;

@@ -47,7 +47,10 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = 0;
-        info->family = entry.paged ? "sm90_paged" : entry.softcap ? "sm90_softcap" : family_name(FAS_FAMILY_SM90);
+        info->family = entry.paged     ? "sm90_paged"
+                       : entry.softcap ? "sm90_softcap"
+                       : entry.packed  ? "sm90_packed"
+                                       : family_name(FAS_FAMILY_SM90);
         info->out_dtype = entry.out_dtype;
     }
     return FAS_SUCCESS;

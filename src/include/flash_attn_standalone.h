@@ -228,7 +228,9 @@ typedef struct fas_kernel_info {
     const char* family; /* kernel family, "fa2" (fas_fwd and FA2 plans), "sm90" (plans only, compute
                          * capability 9.0; fp16/bf16 ones also serve narrower head dims: see HEAD
                          * DIMS in flash_attn_standalone_plan.h), "sm90_softcap" (the same with a
-                         * logits softcap; since 0.3), "sm90_paged" (over a paged KV cache: chunked
+                         * logits softcap; since 0.3), "sm90_packed" (short sequences sharing query
+                         * tiles: PACKED PLANS; causal 0, serves causal plans too; since 0.3),
+                         * "sm90_paged" (over a paged KV cache: chunked
                          * prefill, exact head dim; since 0.2) or "paged" (plans only, exact head
                          * dim, 9.0; split_kv = 1; listed once per query tile size); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */

@@ -74,6 +74,20 @@
  *   windows); the 64-row paged tiles, the SM90 paged kernels and FP8 plans take no softcap yet.
  *   The LSE is that of the capped scores.
  *
+ *   PACKED PLANS (SM90): a varlen batch of short sequences, e.g. the Qwen2.5-VL vision tower's
+ *   windows of 64 patches or many short prompts, wastes most of a query tile when every
+ *   sequence gets tiles of its own. Where a packed kernel is built (family "sm90_packed" in
+ *   fas_get_kernel_info: fp16/bf16, head dims as the SM90 kernels, round-up included; `minimal`
+ *   builds 96 and 128, `full` all five) and no softcap is asked for, fas_plan_create packs
+ *   consecutive sequences into shared query tiles: every sequence with queries must fit one
+ *   query tile and one key tile of the kernel (128 or 192 queries, 64 to 128 keys by head dim:
+ *   fas_plan_info.query_tile_rows; at head dim 128 both are 128), and the packs must number at
+ *   most three quarters of those sequences; else the plan is made as before. A packed tile's
+ *   rows see only their own sequence's keys, cut by the causal mask and the left window of
+ *   MASKS, so results equal an unpacked plan's (up to the summation order of floating point).
+ *   fas_plan_info.packed is 1 and query_tiles counts the packs. The schedule then also holds 4
+ *   bytes per query row (fas_plan_info.device_bytes).
+ *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
  *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and
  *   256 (`full`; none at 96: their V transpose works in 64 x 64 blocks).
@@ -295,6 +309,11 @@ typedef struct fas_plan_info {
     int ctas_per_sm;      /* paged, SM90: CTAs per SM the attention launch is planned for; the
                            * decode kernel (16-row tiles) runs 1 for long KV chunks (CTAs averaging
                            * 2048+ keys, head dim 128), else 2; SM90 plans 1 */
+
+    /* ---- appended in 0.3 ---- */
+    int query_tiles;      /* SM90: query tiles the plan's schedule lists per query head (causal plans
+                           * count empty pairing slots); fewer than the sequences when packed */
+    int packed;           /* SM90: 1 when short sequences share query tiles (see PACKED PLANS) */
 } fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */

@@ -1,7 +1,8 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc: each is an
-// explicit specialization of fas_sm90::launch_ragged or launch_paged_ragged, defined in its own
-// kernel TU (kernels/sm90_*.cu).
+// explicit specialization of fas_sm90::launch_ragged, launch_paged_ragged, launch_ragged_softcap or
+// launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
 #include "api/status.h"
+#include "sm90/packed_args.h"
 #include "sm90/sm90.h"
 #include "sm90/tiles.h"
 
@@ -20,6 +21,11 @@
     template <>                                                                                      \
     cudaError_t launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
     }
+#define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal)                                               \
+    namespace fas_sm90 {                                                                            \
+    template <>                                                                                     \
+    cudaError_t launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
+    }
 #include "kernel_registry.inc"
 
 namespace fas_sm90 {
@@ -29,20 +35,24 @@ namespace {
 // Ends with a sentinel (launch == nullptr) so that a build without SM90 kernels still has a
 // valid array; the count excludes it.
 #define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal) \
-    {InEnum, OutEnum, HeadDim, IsCausal, false, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+    {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
 #define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, false, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, false, true, &fas_sm90::launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, false, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 
-std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged, bool softcap) {
+std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged, bool softcap,
+                        bool packed = false) {
     return fas::concat(fas::dtype_name(dtype), dtype == out_dtype ? "" : fas::concat("->", fas::dtype_name(out_dtype)),
-                       "/hd", head_dim, causal ? "/causal" : "/full", paged ? "/paged" : "", softcap ? "/softcap" : "");
+                       "/hd", head_dim, packed ? "/packed" : causal ? "/causal" : "/full", paged ? "/paged" : "",
+                       softcap ? "/softcap" : "");
 }
 
 }  // namespace
@@ -59,11 +69,23 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) || entry.causal != causal ||
-            entry.paged != paged || entry.softcap != softcap) {
+            entry.paged != paged || entry.softcap != softcap || entry.packed) {
             continue;
         }
         const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
         if (fits && (best == nullptr || entry.head_dim < best->head_dim)) best = &entry;
+    }
+    return best;
+}
+
+const Kernel* find_packed_kernel(fas_dtype dtype, int head_dim) {
+    const Kernel* best = nullptr;
+    for (int i = 0; i < kNumKernels; ++i) {
+        const Kernel& entry = kTable[i];
+        if (entry.packed && entry.dtype == dtype && entry.head_dim >= head_dim &&
+            (best == nullptr || entry.head_dim < best->head_dim)) {
+            best = &entry;
+        }
     }
     return best;
 }
@@ -79,7 +101,8 @@ std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_d
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         built += fas::concat(built.empty() ? "" : ", ", kernel_name(entry.dtype, entry.out_dtype, entry.head_dim,
-                                                                    entry.causal, entry.paged, entry.softcap));
+                                                                    entry.causal, entry.paged, entry.softcap,
+                                                                    entry.packed));
     }
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
     return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged, softcap),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/device_block.h"
+#include "sm90/packed_args.h"
 #include "sm90/tiles.h"
 
 namespace fas_sm90 {
@@ -24,9 +25,12 @@ struct Schedule {
 
 namespace {
 
-int query_tile_rows(const PlanLayout& layout) {
-    return tile_shape(layout.fp8, layout.head_dim, layout.causal, layout.kv_lengths != nullptr).q_rows;
+// Packed plans run the non-causal kernel (its row table carries the masks).
+TileShape layout_tile(const PlanLayout& layout) {
+    return tile_shape(layout.fp8, layout.head_dim, layout.causal && !layout.packed, layout.kv_lengths != nullptr);
 }
+
+int query_tile_rows(const PlanLayout& layout) { return layout_tile(layout).q_rows; }
 
 int32_t kv_length(const PlanLayout& layout, int i) {
     return layout.kv_lengths != nullptr ? layout.kv_lengths[i] : layout.cu_seqlens_k[i + 1] - layout.cu_seqlens_k[i];
@@ -49,9 +53,84 @@ std::vector<int32_t> kv_starts(const PlanLayout& layout) {
 }
 
 // Causal plans pair tiles so that every unit of a sequence costs the same (sm90/tile_scheduler.cuh).
-int tiles_per_unit(const PlanLayout& layout) { return layout.causal ? 2 : 1; }
+int tiles_per_unit(const PlanLayout& layout) { return layout.causal && !layout.packed ? 2 : 1; }
+
+// One work tile of a packed plan: sequences [first, last), their queries and keys contiguous.
+struct Pack {
+    int first = 0;
+    int last = 0;
+    int32_t qo_len = 0;
+    int32_t kv_len = 0;
+};
+
+// Consecutive sequences grouped into packs of at most one query tile and one key tile; a
+// sequence without queries lends its keys to the pack around it where they fit (they are masked
+// out), else it ends the pack. Empty if a sequence with queries fits no tile.
+std::vector<Pack> make_packs(const PlanLayout& layout) {
+    const TileShape tile = tile_shape(false, layout.head_dim, false);
+    std::vector<Pack> packs;
+    Pack open;
+    const auto close = [&] {
+        if (open.qo_len > 0) packs.push_back(open);
+        open = Pack{};
+    };
+    for (int i = 0; i < layout.batch_size; ++i) {
+        const int32_t sq = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
+        const int32_t sk = kv_length(layout, i);
+        if (sq > tile.q_rows || sk > tile.kv_rows) {
+            if (sq > 0) return {};
+            close();
+            continue;
+        }
+        const bool fits = open.qo_len + sq <= tile.q_rows && open.kv_len + sk <= tile.kv_rows;
+        if (!fits || (open.qo_len == 0 && sq == 0)) close();
+        if (open.qo_len == 0 && sq == 0) continue;  // keys before any query of a pack: not loaded
+        if (open.qo_len == 0) open.first = i;
+        open.last = i + 1;
+        open.qo_len += sq;
+        open.kv_len += sk;
+    }
+    close();
+    return packs;
+}
+
+int sequences_with_queries(const PlanLayout& layout) {
+    int count = 0;
+    for (int i = 0; i < layout.batch_size; ++i) count += layout.cu_seqlens_q[i + 1] > layout.cu_seqlens_q[i];
+    return count;
+}
+
+// The packs in the order the kernel deals them (most keys first), and each row's keys into
+// row_keys (sm90/packed_args.h): its sequence's keys, cut by the causal mask (bottom-right
+// aligned) and the left window.
+void fill_packs(const PlanLayout& layout, const std::vector<Pack>& packs, TileWork* out, uint32_t* row_keys) {
+    std::vector<int> order(packs.size());
+    for (size_t p = 0; p < packs.size(); ++p) order[p] = static_cast<int>(p);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return packs[a].kv_len > packs[b].kv_len; });
+    size_t at = 0;
+    for (int p : order) {
+        const Pack& pack = packs[p];
+        out[at++] = TileWork{0, pack.first, layout.cu_seqlens_q[pack.first], layout.cu_seqlens_k[pack.first],
+                             pack.qo_len, pack.kv_len, {0, 0}};
+    }
+    for (const Pack& pack : packs) {
+        int32_t kv_offset = 0;
+        for (int i = pack.first; i < pack.last; ++i) {
+            const int32_t sq = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
+            const int32_t sk = kv_length(layout, i);
+            for (int32_t r = 0; r < sq; ++r) {
+                const int32_t diagonal = r + sk - sq;
+                const int32_t hi = layout.causal ? std::min(sk, diagonal + 1) : sk;
+                const int32_t lo = layout.window_left < 0 ? 0 : std::max(0, diagonal - layout.window_left);
+                row_keys[layout.cu_seqlens_q[i] + r] = pack_row_keys(kv_offset + lo, kv_offset + hi);
+            }
+            kv_offset += sk;
+        }
+    }
+}
 
 int64_t count_units(const PlanLayout& layout) {
+    if (layout.packed) return static_cast<int64_t>(make_packs(layout).size());
     const int rows = query_tile_rows(layout);
     const int per_unit = tiles_per_unit(layout);
     int64_t units = 0;
@@ -100,6 +179,12 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
 
 }  // namespace
 
+bool packs_pay(const PlanLayout& layout) {
+    if (layout.fp8 || layout.kv_lengths != nullptr) return false;
+    const size_t packs = make_packs(layout).size();
+    return packs > 0 && packs * 4 <= static_cast<size_t>(sequences_with_queries(layout)) * 3;
+}
+
 std::string layout_unsupported_reason(const PlanLayout& layout) {
     std::ostringstream why;
     for (int i = 0; i < layout.batch_size; ++i) {
@@ -133,16 +218,34 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
         *message = "out of host memory for the SM90 schedule";
         return cudaErrorMemoryAllocation;
     }
-    const int64_t units = count_units(layout);
+    std::vector<Pack> packs;
+    int64_t units = 0;
+    try {
+        if (layout.packed) packs = make_packs(layout);
+        units = layout.packed ? static_cast<int64_t>(packs.size()) : count_units(layout);
+    } catch (const std::bad_alloc&) {
+        schedule_destroy(schedule);
+        *message = "out of host memory while packing the SM90 work";
+        return cudaErrorMemoryAllocation;
+    }
     schedule->num_units = static_cast<int>(units);
     schedule->tiles_per_unit = tiles_per_unit(layout);
     schedule->num_ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(layout.sm_count, units * layout.num_heads_q)));
     const size_t entries = static_cast<size_t>(std::max<int64_t>(1, units * schedule->tiles_per_unit));
-    const size_t bytes = sizeof(TileWork) * entries;
+    // Packed plans: the row table after the tiles (sm90/packed_args.h), one entry per query row.
+    const size_t tiles_bytes = sizeof(TileWork) * entries;
+    const size_t bytes =
+        tiles_bytes + (layout.packed ? sizeof(uint32_t) * static_cast<size_t>(layout.cu_seqlens_q[layout.batch_size]) : 0);
     cudaError_t error = fas::device_block_acquire(bytes, bytes, "SM90 schedule", &schedule->block, message);
     if (error == cudaSuccess) {
         try {
-            fill_units(layout, static_cast<TileWork*>(schedule->block->staging));
+            TileWork* tiles = static_cast<TileWork*>(schedule->block->staging);
+            if (layout.packed) {
+                fill_packs(layout, packs, tiles,
+                           reinterpret_cast<uint32_t*>(static_cast<char*>(schedule->block->staging) + tiles_bytes));
+            } else {
+                fill_units(layout, tiles);
+            }
         } catch (const std::bad_alloc&) {
             error = cudaErrorMemoryAllocation;
             *message = "out of host memory while listing the SM90 work";

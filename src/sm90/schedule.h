@@ -28,7 +28,15 @@ struct PlanLayout {
     bool fp8;      // e4m3 inputs (the FP8 kernels' tile shapes)
     int sm_count;  // of the device the plan is made on (the current device)
     int window_left = -1;  // keys left of the diagonal a query sees (-1 = all): tiles skip the rest
+    // Short sequences share query tiles (sm90/packed_args.h); head_dim is the packed kernel's.
+    // Set only where packs_pay() said so.
+    bool packed = false;
 };
+
+// Whether the layout (varlen, not FP8) runs faster packed: every sequence with queries fits one
+// query tile and one key tile of the packed kernel of layout.head_dim, and the packs number at
+// most three quarters of those sequences.
+bool packs_pay(const PlanLayout& layout);
 
 // Empty when the SM90 kernels can run this layout, else why not (in words, for a message).
 // Checks the layout-dependent limits: sequences with no key, causal sequences with more queries

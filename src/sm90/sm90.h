@@ -27,6 +27,8 @@ struct Kernel {
     bool causal;
     bool paged;    // reads a paged KV cache (launch_paged_ragged)
     bool softcap;  // caps scores (launch_ragged_softcap); the others take softcap 0 only
+    bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
+                   // built non-causal, it serves causal and windowed packed plans through its row table
     RaggedLaunchFn launch;
 };
 
@@ -41,6 +43,8 @@ const Kernel& kernel(int index);
 bool rounds_up(fas_dtype dtype, bool paged);
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,
                           bool softcap = false);
+// The packed kernel of the narrowest built head dim >= head_dim for 16-bit dtype, or NULL.
+const Kernel* find_packed_kernel(fas_dtype dtype, int head_dim);
 
 // Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
 // else why not.

@@ -168,6 +168,11 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
             fas_plan_destroy(plan);
             return {false, "plan uses the wrong family" + plan_detail};
         }
+        if (info.packed != 0) plan_detail += " packed=" + std::to_string(info.query_tiles) + "tiles";
+        if (c.expect_packed >= 0 && info.packed != c.expect_packed) {
+            fas_plan_destroy(plan);
+            return {false, std::string(c.expect_packed ? "plan is not packed" : "plan is packed") + plan_detail};
+        }
         if (c.expect_kernel_head_dim != 0 && info.kernel_head_dim != c.expect_kernel_head_dim) {
             fas_plan_destroy(plan);
             return {false, "plan uses the wrong kernel head dim (expected " + std::to_string(c.expect_kernel_head_dim) +

@@ -266,6 +266,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         soft.window_left = cap.left;
         cases.push_back(soft);
     }
+    add_packed_cases(dtype, quick, &cases);
     // Every compiled kernel once, GQA ratio 4, padded row strides.
     int last_paged_head_dim = 0;
     for (int index = 0; index < fas_num_kernels(); ++index) {
@@ -275,6 +276,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
         if (std::strcmp(info.family, "sm90_paged") == 0) continue;  // chunked prefill over pages: paged.cpp
         if (std::strcmp(info.family, "sm90_softcap") == 0) continue;  // the softcap cases above
+        if (std::strcmp(info.family, "sm90_packed") == 0) continue;   // packed.cpp
         if (std::strcmp(info.family, "paged") == 0) {
             // Paged-KV plans: paged.cpp. Here the contiguous (varlen) KV of a decode-shaped plan,
             // which the plan describes as pages itself; once per head dim (the 16-row kernel).

@@ -152,6 +152,7 @@ struct AttentionCase {
     int window_left = -1;
     int window_right = -1;
     float softcap = 0.f;  // with use_plan: fas_plan_args.softcap (scores become cap * tanh(score / cap))
+    int expect_packed = -1;  // with use_plan: fas_plan_info.packed must be this (-1 = any)
 };
 
 AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
@@ -198,6 +199,9 @@ void report_plan_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally
 
 // paged.cpp: plans over a paged KV cache (decode, speculative decoding, prefill over pages).
 void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
+
+// packed.cpp: the packed-plan cases (short sequences sharing query tiles), where such a kernel is built.
+void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* cases);
 
 // churn.cpp: plans made and released per batch on two streams without synchronizing.
 void report_plan_churn_case(fas_dtype dtype, cudaStream_t stream, Tally* tally);

@@ -1,0 +1,72 @@
+// Packed SM90 plans (fas_plan_info.packed): short sequences that share query tiles, each row
+// masked to its own sequence's keys. Cases where a packed kernel of the dtype is built: the
+// Qwen2.5-VL vision tower's windows (head dim 80, round-up included), short causal prompts,
+// prompts over cached keys (more keys than queries, a sequence with keys and no queries), a
+// causal window, non-causal rows with fewer keys than queries, GQA 1/7/8; and a batch whose
+// sequences fill their tiles alone, which must not pack. Results follow the reference's rule.
+#include "gpu_test.h"
+
+#include <cstring>
+
+namespace gpu_test {
+
+namespace {
+
+bool packed_kernel_built(fas_dtype dtype) {
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_packed") == 0 &&
+            info.dtype == dtype) {
+            return true;
+        }
+    }
+    return false;
+}
+
+AttentionCase packed_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
+                          std::vector<int> seqlens_q, std::vector<int> seqlens_k, bool packs) {
+    AttentionCase c = varlen_case(std::move(config), dtype, heads_q, heads_kv, head_dim, causal, std::move(seqlens_q));
+    c.seqlens_k = std::move(seqlens_k);
+    c.use_plan = true;
+    c.plan_runs = 2;
+    c.expect_family = FAS_FAMILY_SM90;
+    c.expect_packed = packs ? 1 : 0;
+    return c;
+}
+
+// Windows of 8 x 8 patches over a height x width patch grid, row by row (partial at the edges).
+std::vector<int> image_windows(int height, int width) {
+    std::vector<int> windows;
+    for (int top = 0; top < height; top += 8) {
+        for (int left = 0; left < width; left += 8) windows.push_back(std::min(8, height - top) * std::min(8, width - left));
+    }
+    return windows;
+}
+
+}  // namespace
+
+void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* cases) {
+    if (!packed_kernel_built(dtype)) return;
+    const std::vector<int> vision = quick ? image_windows(20, 28) : image_windows(60, 44);
+    cases->push_back(packed_case("packed-vision-windows", dtype, 16, 16, 80, false, vision, vision, true));
+    const std::vector<int> prompts = quick ? std::vector<int>{17, 33, 64, 1, 100, 9, 3}
+                                           : std::vector<int>{17, 33, 64, 100, 1, 50, 9, 120, 80, 3, 3, 3, 40, 127, 2};
+    cases->push_back(packed_case("packed-prompts-causal", dtype, 16, 2, 128, true, prompts, prompts, true));
+    // Chunks over cached keys (bottom-right causal), one sequence with 30 keys and no query.
+    cases->push_back(packed_case("packed-cached-causal", dtype, 14, 2, 128, true, {10, 20, 5, 30, 0, 12, 1, 9},
+                                 {50, 20, 64, 90, 30, 12, 40, 9}, true));
+    AttentionCase window = packed_case("packed-window-16/0", dtype, 8, 8, 128, true, {64, 37, 100, 5, 64, 64, 20},
+                                       {64, 37, 100, 5, 64, 64, 90}, true);
+    window.use_window = true;
+    window.window_left = 16;
+    window.window_right = 0;
+    cases->push_back(window);
+    // Non-causal rows with fewer keys than queries, and more; head dim 72 rounds up.
+    cases->push_back(packed_case("packed-full-uneven", dtype, 16, 16, 72, false, {30, 5, 60, 1, 20},
+                                 {20, 64, 40, 7, 1}, true));
+    // 100-token sequences fill 128-row tiles alone: packing would not pay.
+    cases->push_back(packed_case("packed-not-paying", dtype, 16, 2, 128, true, {100, 100, 100, 100}, {100, 100, 100, 100},
+                                 false));
+}
+
+}  // namespace gpu_test
