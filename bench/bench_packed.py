@@ -1,11 +1,11 @@
 """Packed SM90 plans (short sequences sharing query tiles) against the same kernels without
 packing and against PyTorch SDPA, measured in the same run on the same GPU.
 
-    python3 bench/bench_packed.py --artifact PACKED_DIR [--unpacked DIR] [--repeats 10]
+    python3 bench/bench_packed.py --artifact PACKED_DIR [--compare LABEL=DIR ...] [--repeats 10]
 
 PACKED_DIR is an artifact (or tuning-build) folder whose build has the sm90_packed_prefill
-family; --unpacked a build of the same kernels without it, whose plans give every sequence
-tiles of its own (the library before packing). Rows: the Qwen2.5-VL vision tower (16 heads,
+family; each --compare another build timed in the same rounds, e.g. the same kernels without
+the packed family (its plans give every sequence tiles of its own) or an earlier release. Rows: the Qwen2.5-VL vision tower (16 heads,
 head dim 80, bidirectional) over windows of 64 patches, uniform and as a real image's windows
 (partial windows at the right and bottom edges), and of 256 patches; batches of short causal
 prompts (GQA 16/2, head dim 128). SDPA runs each group of equal-length sequences as one
@@ -72,7 +72,7 @@ def row(name, libs, lengths, heads_q, heads_kv, head_dim, causal, repeats):
     shape = ", ".join(f"{c}x{n}" for n, c in sorted(counts.items(), key=lambda item: -item[1])[:4])
     cells = [packed_flag(libs["packed"], q, k, out, causal, lengths)]
     cells += [ba.tflops(flops, times.get(label, "not built")) for label in (*libs, "cudnn", "flash")]
-    cells.append(ba.ratio(times["packed"], times.get("unpacked")) if "unpacked" in libs else "-")
+    cells += [ba.ratio(times["packed"], times.get(label)) for label in libs if label != "packed"]
     cells.append(ba.ratio(times["packed"], times["cudnn"]))
     return (name, f"{heads_q}/{heads_kv}", head_dim, "causal" if causal else "full", shape, *cells)
 
@@ -80,13 +80,15 @@ def row(name, libs, lengths, heads_q, heads_kv, head_dim, causal, repeats):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--artifact", type=Path, required=True, help="folder of a build with packed kernels")
-    parser.add_argument("--unpacked", type=Path, help="folder of a build of the same kernels without them")
+    parser.add_argument("--compare", nargs="*", default=[], metavar="LABEL=DIR",
+                        help="other builds timed in the same rounds, e.g. unpacked=DIR (same kernels, no packed family)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     torch.manual_seed(0)
     libs = {"packed": ba.Library(args.artifact)}
-    if args.unpacked:
-        libs["unpacked"] = ba.Library(args.unpacked)
+    for spec in args.compare:
+        label, _, folder = spec.partition("=")
+        libs[label] = ba.Library(Path(folder))
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
           f"library {libs['packed'].version()} ({args.artifact.name})")
     print(f"bf16, median of {args.repeats} timings taken in shuffled rounds over the backends; TFLOPS")
@@ -100,9 +102,11 @@ def main() -> None:
         row("short prompts", libs, prompts, 16, 2, 128, True, args.repeats),
         row("short prompts", libs, [64] * 256, 16, 2, 128, True, args.repeats),
     ]
+    others = [label for label in libs if label != "packed"]
     columns = ["shape", "heads q/kv", "head dim", "mask", "sequences", "plan", "library TFLOPS (packed build)"]
-    columns += ["library TFLOPS (unpacked build)"] if args.unpacked else []
-    columns += ["SDPA cuDNN TFLOPS", "SDPA flash TFLOPS", "packed / unpacked", "packed / cuDNN"]
+    columns += [f"library TFLOPS ({label})" for label in others]
+    columns += ["SDPA cuDNN TFLOPS", "SDPA flash TFLOPS"] + [f"packed / {label}" for label in others]
+    columns += ["packed / cuDNN"]
     ba.print_table(columns, rows)
 
 

@@ -183,9 +183,10 @@ def _sm90_source(tu, what: str, header: str, run: str) -> str:
     ])
 
 
-def _run_ragged(tu, softcap: bool = False) -> str:
-    """The run_ragged<...> call of an SM90 varlen TU (sm90/launch.cuh)."""
-    flag = ", /*Softcap=*/true" if softcap else ""
+def _run_ragged(tu, scores: str = "") -> str:
+    """The run_ragged<...> call of an SM90 varlen TU (sm90/launch.cuh); scores: a Scores value
+    other than kPlain."""
+    flag = f", Scores::{scores}" if scores else ""
     return (f"run_ragged<{DTYPES[tu.input_dtype].cutlass}, {DTYPES[tu.dtype].cutlass}, {tu.head_dim}, "
             f"{_cpp_bool(tu.causal)}{flag}>")
 
@@ -201,7 +202,7 @@ def _sm90_symbol(tu) -> str:
 
 def render_sm90_softcap(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 ragged prefill with a logits softcap: {tu.dtype}", "sm90/launch.cuh",
-                        _run_ragged(tu, softcap=True))
+                        _run_ragged(tu, "kSoftcap"))
 
 
 def _sm90_softcap_symbol(tu) -> str:
@@ -222,7 +223,7 @@ def render_sm90_paged(tu) -> str:
 
 def render_sm90_packed(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 prefill over packed short sequences (block-diagonal mask): {tu.dtype}",
-                        "sm90/packed_launch.cuh", f"run_packed<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}>")
+                        "sm90/launch.cuh", _run_ragged(tu, "kSegments"))
 
 
 def _sm90_packed_symbol(tu) -> str:

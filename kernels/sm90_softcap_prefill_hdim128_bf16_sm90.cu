@@ -6,7 +6,7 @@ namespace fas_sm90 {
 
 template <>
 cudaError_t launch_ragged_softcap<1, 128, false>(const RaggedArgs& args, cudaStream_t stream) {
-    return run_ragged<cutlass::bfloat16_t, cutlass::bfloat16_t, 128, false, /*Softcap=*/true>(args, stream);
+    return run_ragged<cutlass::bfloat16_t, cutlass::bfloat16_t, 128, false, Scores::kSoftcap>(args, stream);
 }
 
 }  // namespace fas_sm90

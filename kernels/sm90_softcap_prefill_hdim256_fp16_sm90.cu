@@ -6,7 +6,7 @@ namespace fas_sm90 {
 
 template <>
 cudaError_t launch_ragged_softcap<0, 256, false>(const RaggedArgs& args, cudaStream_t stream) {
-    return run_ragged<cutlass::half_t, cutlass::half_t, 256, false, /*Softcap=*/true>(args, stream);
+    return run_ragged<cutlass::half_t, cutlass::half_t, 256, false, Scores::kSoftcap>(args, stream);
 }
 
 }  // namespace fas_sm90

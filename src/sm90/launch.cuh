@@ -7,8 +7,8 @@
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
 // are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
-// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal> or launch_ragged_softcap<Dtype, HeadDim, Causal>
-// specialization.
+// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or
+// launch_ragged_packed<Dtype, HeadDim, false> specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
@@ -26,7 +26,9 @@
 
 #include "sm90/fp8_producer.cuh"
 #include "sm90/ordered_epilogue.cuh"
+#include "sm90/packed_args.h"
 #include "sm90/ragged_args.h"
+#include "sm90/segment_mask.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/tile_scheduler.cuh"
 #include "sm90/tiles.h"
@@ -57,18 +59,28 @@ struct Fp8Descales {
     float scale_v_scalar;
 };
 
+// What a 16-bit kernel's attention variant does to the scores, each its own kernels so that the
+// others pay nothing: plain softmax; a logits softcap (tanh per score); or the block-diagonal
+// mask of packed plans (sm90/segment_mask.cuh), whose per-row table also carries the causal and
+// window bounds (so its kernels are built non-causal and without the window template).
+enum class Scores { kPlain, kSoftcap, kSegments };
+
 // The upstream types one kernel is assembled from, per input family. Paged: K/V from a paged
 // cache through FlashInfer's sparse mainloop (paged_launch.cuh), whose four producer warps gather
 // each tile row by row through the page table (cp.async) instead of one TMA copy.
 template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages,
-          bool Paged = false, bool Softcap = false>
+          bool Paged = false, Scores S = Scores::kPlain>
 struct Assembly16 {
-    // Varlen kernels always take a left window (a plan without one passes kNoWindow): the mask
-    // costs a compare on the diagonal tiles only, and one kernel serves both.
-    static constexpr bool kWindow = !Paged;
-    // The softcap variant applies tanh to every score: its own kernels, so the others pay nothing.
-    using Additional = std::conditional_t<Softcap, SoftmaxScaleAndCap, SoftmaxScaleOnly>;
-    using Variant = std::conditional_t<Softcap, flashinfer::LogitsSoftCap, flashinfer::StandardAttention>;
+    static_assert(S != Scores::kSegments || (!Causal && !Paged), "packed kernels are varlen and non-causal");
+    // Varlen kernels take a left window (a plan without one passes kNoWindow): the mask costs a
+    // compare on the diagonal tiles only, and one kernel serves both.
+    static constexpr bool kWindow = !Paged && S != Scores::kSegments;
+    using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
+                                          std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
+                                                             SoftmaxScaleOnly>>;
+    using Variant = std::conditional_t<S == Scores::kSoftcap, flashinfer::LogitsSoftCap,
+                                       std::conditional_t<S == Scores::kSegments, SegmentMaskAttention,
+                                                          flashinfer::StandardAttention>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, Variant>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
@@ -81,8 +93,10 @@ struct Assembly16 {
                                                                              SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) {
-        if constexpr (Softcap) {
+        if constexpr (S == Scores::kSoftcap) {
             return {args.softmax_scale, args.softcap};
+        } else if constexpr (S == Scores::kSegments) {
+            return {args.softmax_scale, packed_row_keys(args)};
         } else {
             return {args.softmax_scale};
         }
@@ -139,9 +153,10 @@ template <typename Assembly, typename MainloopParams, typename EpilogueParams>
 cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogue, const RaggedArgs& args,
                    cudaStream_t stream) {
     using Kernel = typename Assembly::Kernel;
-    const SerpentineTileScheduler::Arguments scheduler_args{args.tiles,    args.num_units,
+    const SerpentineTileScheduler::Arguments scheduler_args{args.tiles,          args.num_units,
                                                             args.tiles_per_unit, args.num_ctas,
-                                                            args.num_qo_heads, args.num_qo_heads / args.num_kv_heads};
+                                                            args.num_qo_heads,   args.num_qo_heads / args.num_kv_heads,
+                                                            args.heads_inner != 0};
     const SerpentineTileScheduler::Params scheduler = SerpentineTileScheduler::to_underlying_arguments(scheduler_args);
 
     void* kernel = Assembly::kernel();
@@ -165,7 +180,7 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
 // Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
-template <typename Input, typename Output, int HeadDim, bool Causal, bool Softcap = false,
+template <typename Input, typename Output, int HeadDim, bool Causal, Scores S = Scores::kPlain,
           int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
           int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
           int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
@@ -174,14 +189,17 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
     // A narrower head dim is read through tensor maps of its width (TMA zero-fills the rest) and
     // written by the 16-bit epilogue's column predicate; the FP8 epilogue writes whole rows.
-    static_assert(!(Softcap && kIsFp8<Input>), "no FP8 softcap kernels");
-    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != Softcap ||
-        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0))) {
+    static_assert(S == Scores::kPlain || !kIsFp8<Input>, "FP8 kernels are plain");
+    static_assert(S != Scores::kSegments || CtaKV <= 256, "row bounds are 16-bit key indices within one tile");
+    // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
+    if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
+        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0)) ||
+        (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
     using Assembly =
         std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
-                           Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, Softcap>>;
+                           Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, S>>;
     using Mainloop = typename Assembly::Mainloop;
 
     // Heads are contiguous in a row: head stride head_dim, row stride from the caller.

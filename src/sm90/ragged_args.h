@@ -64,6 +64,11 @@ struct RaggedArgs {
     int num_units;
     int tiles_per_unit;
     int num_ctas;
+    // Order of the work items: 0 = KV head, unit, query head within the KV head's group (the
+    // items running at once share one KV head's K/V of consecutive units: long sequences); 1 =
+    // unit, query head (every head of a unit at once: short sequences, where the rows of
+    // neighbouring heads share DRAM bursts and nothing else is shared). Set by the schedule.
+    int heads_inner;
     // The plan's device (current at every run): the launcher raises the kernel's shared-memory
     // limit once per device, not on every launch.
     int device;

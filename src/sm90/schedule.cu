@@ -21,6 +21,7 @@ struct Schedule {
     int num_units = 0;
     int tiles_per_unit = 1;
     int num_ctas = 0;
+    bool heads_inner = false;
 };
 
 namespace {
@@ -129,6 +130,19 @@ void fill_packs(const PlanLayout& layout, const std::vector<Pack>& packs, TileWo
     }
 }
 
+// Packed plans, and plans whose sequences have at most this many keys, deal their work heads
+// innermost (sm90/tile_scheduler.cuh): a unit's K/V is small, so the items running at once lose no
+// K/V reuse by covering several units, and every head of a row arrives in shared DRAM bursts.
+constexpr int32_t kHeadsInnerMaxKeys = 512;
+
+bool heads_inner(const PlanLayout& layout) {
+    if (layout.packed) return true;
+    for (int i = 0; i < layout.batch_size; ++i) {
+        if (kv_length(layout, i) > kHeadsInnerMaxKeys) return false;
+    }
+    return true;
+}
+
 int64_t count_units(const PlanLayout& layout) {
     if (layout.packed) return static_cast<int64_t>(make_packs(layout).size());
     const int rows = query_tile_rows(layout);
@@ -230,6 +244,7 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
     }
     schedule->num_units = static_cast<int>(units);
     schedule->tiles_per_unit = tiles_per_unit(layout);
+    schedule->heads_inner = heads_inner(layout);
     schedule->num_ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(layout.sm_count, units * layout.num_heads_q)));
     const size_t entries = static_cast<size_t>(std::max<int64_t>(1, units * schedule->tiles_per_unit));
     // Packed plans: the row table after the tiles (sm90/packed_args.h), one entry per query row.
@@ -286,6 +301,7 @@ void schedule_fill_args(const Schedule* schedule, RaggedArgs* args) {
     args->num_units = schedule->num_units;
     args->tiles_per_unit = schedule->tiles_per_unit;
     args->num_ctas = schedule->num_ctas;
+    args->heads_inner = schedule->heads_inner ? 1 : 0;
 }
 
 }  // namespace fas_sm90

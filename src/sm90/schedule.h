@@ -71,7 +71,7 @@ cudaError_t schedule_retire(Schedule* schedule, cudaStream_t stream);
 // Bytes of device memory the schedule holds (its block's size).
 size_t schedule_device_bytes(const Schedule* schedule);
 
-// Fills the schedule fields of *args (tiles, num_units, tiles_per_unit, num_ctas).
+// Fills the schedule fields of *args (tiles, num_units, tiles_per_unit, num_ctas, heads_inner).
 void schedule_fill_args(const Schedule* schedule, RaggedArgs* args);
 
 }  // namespace fas_sm90

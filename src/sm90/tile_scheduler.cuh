@@ -6,7 +6,10 @@
 // every unit of a sequence costs the same; without one a unit is one tile. Heads are not in the
 // list. Work items are (unit, query head) pairs in the order KV head, unit, query head of the
 // KV head's group: the items running at one time share K/V (one KV head, consecutive units of
-// one sequence), which then comes from L2. A CTA runs both tiles of its unit back to back. Items
+// one sequence), which then comes from L2. Plans of short sequences (heads_inner) order them
+// unit, query head instead: the items running at one time read every head of a few units, so a
+// row's neighbouring heads come in the same DRAM bursts (head dim 80: 160-byte head rows that
+// bursts do not align with; docs/design/sm90-tiles.md, run H). A CTA runs both tiles of its unit back to back. Items
 // are dealt in rounds of one per CTA, in serpentine order (CTA c takes position c of even rounds
 // and num_ctas-1-c of odd ones), so the per-sequence cost differences of a varlen batch
 // (sequences come longest first) cancel out between rounds. Why this order:
@@ -31,6 +34,7 @@ struct SerpentineTileScheduler {
         int num_ctas;
         int num_qo_heads;
         int group_size;  // query heads per KV head
+        bool heads_inner;
     };
 
     struct Params {
@@ -40,11 +44,19 @@ struct SerpentineTileScheduler {
         int num_ctas;
         cutlass::FastDivmod items_per_kv_head;  // num_units * group_size
         cutlass::FastDivmod group;
+        cutlass::FastDivmod heads;  // num_qo_heads
+        bool heads_inner;
     };
 
     static Params to_underlying_arguments(Arguments const& args) {
-        return {args.tiles, args.num_units * args.num_qo_heads, args.tiles_per_unit, args.num_ctas,
-                cutlass::FastDivmod(args.num_units * args.group_size), cutlass::FastDivmod(args.group_size)};
+        return {args.tiles,
+                args.num_units * args.num_qo_heads,
+                args.tiles_per_unit,
+                args.num_ctas,
+                cutlass::FastDivmod(args.num_units * args.group_size),
+                cutlass::FastDivmod(args.group_size),
+                cutlass::FastDivmod(args.num_qo_heads),
+                args.heads_inner};
     }
 
     static dim3 get_grid_dim(Arguments const& args, int /*num_sm*/) { return dim3(static_cast<unsigned>(args.num_ctas)); }
@@ -80,11 +92,17 @@ struct SerpentineTileScheduler {
         info.round = round;
         if (item >= params.num_items) return info;  // rounds only grow: this CTA is done
         int kv_head = 0;
-        int within = 0;
-        params.items_per_kv_head(kv_head, within, item);
         int unit = 0;
         int in_group = 0;
-        params.group(unit, in_group, within);
+        if (params.heads_inner) {
+            int qo_head = 0;
+            params.heads(unit, qo_head, item);
+            params.group(kv_head, in_group, qo_head);
+        } else {
+            int within = 0;
+            params.items_per_kv_head(kv_head, within, item);
+            params.group(unit, in_group, within);
+        }
         info.kv_head_idx = kv_head;
         info.qo_head_idx = kv_head * static_cast<int>(params.group.divisor) + in_group;
         info.entry = unit * params.tiles_per_unit;
