@@ -4,11 +4,13 @@
  *   "fa2"  - FlashAttention-2 (FA2 2.8.3) forward kernels, batch and varlen layouts, split-KV;
  *   "sm90" - Hopper-native (FA3-class) varlen prefill kernels: FlashInfer's SM90 ragged prefill
  *            kernels (warp-specialized, TMA + wgmma, persistent), fp16/bf16 and FP8 e4m3
- *            inputs, reached through the plan API.
- *   "paged" - FlashInfer's tensor-core batch attention over a paged KV cache (query heads of one
- *            KV head packed into the rows of one tile, the KV split across CTAs and merged when
- *            the batch alone does not fill the GPU): decode (1-8 query tokens per sequence)
- *            and prefill over cached pages, reached through the plan API (see PAGED KV CACHE).
+ *            inputs, sliding windows and a logits softcap, short sequences packed into shared
+ *            query tiles, and chunked prefill over a paged KV cache, reached through the plan API.
+ *   "paged" - attention over a paged KV cache for decode (1-8 query tokens per sequence): the
+ *            project's decode kernel (16-row tiles) and FlashInfer's tensor-core batch kernel
+ *            (64-row tiles), query heads of one KV head packed into the rows of one tile, the KV
+ *            split across CTAs and merged when the batch alone does not fill the GPU, reached
+ *            through the plan API (see PAGED KV CACHE).
  *
  * This header is the API documentation.
  *
@@ -74,9 +76,10 @@
  * HEAD DIMENSIONS
  *   head_dim must be a multiple of 8 in [8, 256]. A head_dim that has no FA2 kernel of exactly
  *   that size is served by the smallest built FA2 kernel head dim above it (the kernel masks the
- *   extra columns, as FA2's own wrapper does); fas_query_support reports which one. SM90 kernels
- *   exist for head dims 64, 128 and 256 and serve only their own head dim (they load whole
- *   head-dim tiles with TMA and cannot mask extra columns); other head dims use FA2.
+ *   extra columns, as FA2's own wrapper does); fas_query_support reports which one. SM90 plans
+ *   round up the same way (fp16/bf16 kernels at 64, 96, 128, 192 and 256: e.g. 80 runs on 96;
+ *   FP8 and paged-KV kernels serve their exact head dim): HEAD DIMS in
+ *   flash_attn_standalone_plan.h; fas_query_plan_support reports which kernel serves.
  *
  * DEVICE AND STREAM
  *   fas_fwd runs on the calling thread's current CUDA device (cudaSetDevice); args->stream
@@ -118,7 +121,8 @@
  *   fields that fit within struct_size (the rest count as zero) and rejects struct_size smaller
  *   than the first version of the struct. The same holds for fas_plan_args, fas_plan_run_args
  *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it; in 0.3:
- *   fas_plan_args.use_window and what follows it, up to softcap).
+ *   fas_plan_args.use_window and what follows it, up to softcap, and fas_plan_info.query_tiles
+ *   and packed).
  */
 #ifndef FLASH_ATTN_STANDALONE_H
 #define FLASH_ATTN_STANDALONE_H
