@@ -168,8 +168,27 @@ class PlanInfo(_Sized):
     ]
 
 
+class KvAppendArgs(_Sized):
+    """fas_kv_append_args"""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t), ("dtype", ENUM_CTYPE), ("cache_dtype", ENUM_CTYPE),
+        ("num_tokens", ctypes.c_int), ("num_heads_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("k_new", ctypes.c_void_p), ("v_new", ctypes.c_void_p),
+        ("k_new_row_stride", ctypes.c_int64), ("v_new_row_stride", ctypes.c_int64),
+        ("slot_mapping", ctypes.c_void_p), ("slot_mapping_host", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p),
+        ("num_pages", ctypes.c_int), ("page_size", ctypes.c_int),
+        ("k_row_stride", ctypes.c_int64), ("v_row_stride", ctypes.c_int64),
+        ("k_page_stride", ctypes.c_int64), ("v_page_stride", ctypes.c_int64),
+        ("k_scale", ctypes.c_void_p), ("v_scale", ctypes.c_void_p), ("invalid_slots", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 STRUCTS = {
     "fas_fwd_args": FwdArgs,
+    "fas_kv_append_args": KvAppendArgs,
     "fas_kernel_info": KernelInfo,
     "fas_plan_args": PlanArgs,
     "fas_plan_run_args": PlanRunArgs,
@@ -199,6 +218,8 @@ PROTOTYPES = {
     "fas_plan_get_info": (ENUM_CTYPE, [_VOID_P, _P(PlanInfo)]),
     "fas_query_plan_support": (ENUM_CTYPE, [ENUM_CTYPE, _INT, _INT, _P(ENUM_CTYPE), _P(_INT)]),
     "fas_query_paged_support": (ENUM_CTYPE, [ENUM_CTYPE, _INT, _INT, _INT, _INT, _P(_INT)]),
+    "fas_kv_append_args_init": (None, [_P(KvAppendArgs)]),
+    "fas_kv_append": (ENUM_CTYPE, [_P(KvAppendArgs)]),
 }
 
 

@@ -6,6 +6,7 @@
 
 #include "api/device.h"
 #include "api/fwd.h"
+#include "api/kv_append.h"
 #include "api/plan.h"
 #include "api/registry.h"
 #include "api/status.h"
@@ -39,6 +40,12 @@ void fas_fwd_args_init(fas_fwd_args* args) { init_args(args); }
 void fas_plan_args_init(fas_plan_args* args) { init_args(args); }
 
 void fas_plan_run_args_init(fas_plan_run_args* args) { init_args(args); }
+
+void fas_kv_append_args_init(fas_kv_append_args* args) { init_args(args); }
+
+fas_status fas_kv_append(const fas_kv_append_args* args) {
+    return fas::guarded([&] { return fas::kv_append(args); });
+}
 
 fas_status fas_fwd(const fas_fwd_args* args) {
     return fas::guarded([&] { return fas::run_forward(args); });

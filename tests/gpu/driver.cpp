@@ -438,6 +438,7 @@ int run(const Options& options) {
         // Fixed seeds of their own, so the attention cases above keep theirs.
         if (!options.custom) report_workspace_bounds_cases(dtype, stream, &tally);
         if (!options.custom) report_paged_cases(dtype, options.quick, stream, &tally);
+        if (!options.custom) report_append_cases(dtype, options.quick, stream, &tally);
     }
     if (!options.custom) {
         report_fwd_misuse_cases(dtypes.front(), stream, &tally);

@@ -1,0 +1,183 @@
+// fas_kv_append (KV APPEND in flash_attn_standalone_plan.h): every field checked on the host,
+// the optional host copy of the slot mapping checked against the caches, then one launch on the
+// caller's stream. Nothing is allocated and nothing waits.
+#include "api/kv_append.h"
+
+#include <cstring>
+
+#include "api/device.h"
+#include "api/layout.h"
+#include "api/status.h"
+#include "paged/append.h"
+
+namespace fas {
+
+namespace {
+
+int element_bytes(fas_dtype dtype) { return dtype == FAS_DTYPE_E4M3 ? 1 : 2; }
+
+// A row stride (0 = row_elements): a multiple of 8 elements, at least one row.
+fas_status resolve_row_stride(int64_t given, int64_t row_elements, const char* name, int64_t* out) {
+    const int64_t stride = given == 0 ? row_elements : given;
+    if (stride < row_elements || stride % 8 != 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat(name, " is ", given, "; it must be 0 (contiguous) or a multiple of 8 elements >= num_heads_k * "
+                                 "head_dim (", row_elements, ")"));
+    }
+    *out = stride;
+    return FAS_SUCCESS;
+}
+
+// [first, last) byte ranges of two tensors share a byte.
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+    const auto a0 = reinterpret_cast<uintptr_t>(a);
+    const auto b0 = reinterpret_cast<uintptr_t>(b);
+    return a0 < b0 + static_cast<uintptr_t>(b_bytes) && b0 < a0 + static_cast<uintptr_t>(a_bytes);
+}
+
+fas_status check_device_pointer(const void* pointer, size_t alignment, const char* name, const char* what) {
+    if (pointer == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass the DEVICE ", what));
+    if (!is_aligned(pointer, alignment)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not ", alignment, "-byte aligned"));
+    }
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+        cudaGetLastError();
+        return FAS_SUCCESS;  // not known to the runtime: left to the launch
+    }
+    if (attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeUnregistered) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is host memory; pass the DEVICE ", what));
+    }
+    return FAS_SUCCESS;
+}
+
+fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* launch) {
+    if (!is_16bit_dtype(args.dtype)) return fail_bad_dtype(args.dtype);
+    if (args.cache_dtype != args.dtype && args.cache_dtype != FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("cache_dtype ", static_cast<int>(args.cache_dtype), " is neither dtype (", dtype_name(args.dtype),
+                           ") nor FAS_DTYPE_E4M3; the caches hold the new rows' dtype or e4m3"));
+    }
+    if (args.num_tokens < 0 || args.num_heads_k <= 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat("num_tokens is ", args.num_tokens, " and num_heads_k ",
+                                                       args.num_heads_k, "; they must be >= 0 and > 0"));
+    }
+    if (const fas_status status = validate_head_dim(args.head_dim); status != FAS_SUCCESS) return status;
+    if (args.num_pages <= 0 || args.page_size <= 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat("num_pages is ", args.num_pages, " and page_size ", args.page_size,
+                                                       "; a cache has at least one page of at least one slot"));
+    }
+    const bool fp8 = args.cache_dtype == FAS_DTYPE_E4M3;
+    const int64_t row = static_cast<int64_t>(args.num_heads_k) * args.head_dim;
+    *launch = fas_paged::AppendLaunch{args.dtype, args.cache_dtype, args.num_tokens, args.num_heads_k, args.head_dim,
+                                      args.k_new, args.v_new, 0, 0, args.slot_mapping, args.k_cache, args.v_cache,
+                                      args.page_size, static_cast<int64_t>(args.num_pages) * args.page_size, 0, 0, 0, 0,
+                                      args.k_scale, args.v_scale, args.invalid_slots};
+    const struct {
+        int64_t given;
+        const char* name;
+        int64_t* out;
+    } row_strides[] = {{args.k_new_row_stride, "k_new_row_stride", &launch->k_new_row_stride},
+                       {args.v_new_row_stride, "v_new_row_stride", &launch->v_new_row_stride},
+                       {args.k_row_stride, "k_row_stride", &launch->k_row_stride},
+                       {args.v_row_stride, "v_row_stride", &launch->v_row_stride}};
+    for (const auto& stride : row_strides) {
+        if (const fas_status status = resolve_row_stride(stride.given, row, stride.name, stride.out); status != FAS_SUCCESS) {
+            return status;
+        }
+    }
+    const struct {
+        int64_t given, row_stride;
+        const char* name;
+        int64_t* out;
+    } page_strides[] = {{args.k_page_stride, launch->k_row_stride, "k_page_stride", &launch->k_page_stride},
+                        {args.v_page_stride, launch->v_row_stride, "v_page_stride", &launch->v_page_stride}};
+    for (const auto& stride : page_strides) {
+        const int64_t resolved = stride.given == 0 ? stride.row_stride * args.page_size : stride.given;
+        if (resolved < stride.row_stride * args.page_size || resolved % 8 != 0) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat(stride.name, " is ", stride.given, "; it must be 0 (page_size * row stride) or a multiple "
+                                            "of 8 elements >= page_size * row stride (", stride.row_stride * args.page_size,
+                               ")"));
+        }
+        *stride.out = resolved;
+    }
+    // The caches: where they are, their alignment, and that the new rows lie outside them.
+    const size_t cache_alignment = fp8 ? 8 : 16;
+    for (const auto& check : {std::make_pair(static_cast<const void*>(args.k_cache), "k_cache"),
+                              std::make_pair(static_cast<const void*>(args.v_cache), "v_cache")}) {
+        const fas_status status = check_device_pointer(check.first, cache_alignment, check.second, "paged cache");
+        if (status != FAS_SUCCESS) return status;
+    }
+    if (fp8) {
+        for (const auto& check : {std::make_pair(args.k_scale, "k_scale"), std::make_pair(args.v_scale, "v_scale")}) {
+            const fas_status status =
+                check_device_pointer(check.first, sizeof(float), check.second, "fp32 array of num_heads_k e4m3 scales");
+            if (status != FAS_SUCCESS) return status;
+        }
+    }
+    if (args.invalid_slots != nullptr && !is_aligned(args.invalid_slots, sizeof(int))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, "invalid_slots is not 4-byte aligned; pass a device int32 or NULL");
+    }
+    if (args.num_tokens == 0) return FAS_SUCCESS;
+    for (const auto& check : {std::make_pair(args.k_new, "k_new"), std::make_pair(args.v_new, "v_new")}) {
+        const fas_status status = check_device_pointer(check.first, 16, check.second, "rows of the new tokens");
+        if (status != FAS_SUCCESS) return status;
+    }
+    const fas_status slots_status =
+        check_device_pointer(args.slot_mapping, sizeof(int64_t), "slot_mapping", "int64 array of num_tokens slots");
+    if (slots_status != FAS_SUCCESS) return slots_status;
+    const int64_t new_bytes[] = {((args.num_tokens - 1) * launch->k_new_row_stride + row) * element_bytes(args.dtype),
+                                 ((args.num_tokens - 1) * launch->v_new_row_stride + row) * element_bytes(args.dtype)};
+    const int64_t cache_bytes[] = {
+        ((args.num_pages - 1) * launch->k_page_stride + (args.page_size - 1) * launch->k_row_stride + row) *
+            element_bytes(args.cache_dtype),
+        ((args.num_pages - 1) * launch->v_page_stride + (args.page_size - 1) * launch->v_row_stride + row) *
+            element_bytes(args.cache_dtype)};
+    const void* news[] = {args.k_new, args.v_new};
+    const void* caches[] = {args.k_cache, args.v_cache};
+    for (int n = 0; n < 2; ++n) {
+        for (int c = 0; c < 2; ++c) {
+            if (overlaps(news[n], new_bytes[n], caches[c], cache_bytes[c])) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat(n == 0 ? "k_new" : "v_new", " overlaps ", c == 0 ? "k_cache" : "v_cache",
+                                   "; the new rows must lie outside the caches they are written to"));
+            }
+        }
+    }
+    if (args.slot_mapping_host != nullptr) {
+        for (int i = 0; i < args.num_tokens; ++i) {
+            if (args.slot_mapping_host[i] >= launch->num_slots) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat("slot_mapping_host[", i, "] is ", args.slot_mapping_host[i],
+                                   ", beyond the caches' num_pages * page_size = ", launch->num_slots,
+                                   " slots; fix the slot mapping (or num_pages / page_size)"));
+            }
+        }
+    }
+    return FAS_SUCCESS;
+}
+
+}  // namespace
+
+fas_status kv_append(const fas_kv_append_args* user_args) {
+    if (const fas_status status = check_args_struct(user_args, "fas_kv_append_args", "fas_kv_append_args_init()");
+        status != FAS_SUCCESS) {
+        return status;
+    }
+    fas_kv_append_args args;
+    std::memcpy(&args, user_args, sizeof(args));
+    fas_paged::AppendLaunch launch{};
+    fas_status status = validate(args, &launch);
+    if (status != FAS_SUCCESS) return status;
+    DeviceProps device{};
+    status = check_current_device(&device);
+    if (status != FAS_SUCCESS) return status;
+    status = check_no_pending_cuda_error();
+    if (status != FAS_SUCCESS) return status;
+    const cudaError_t error = fas_paged::launch_append(launch, args.stream);
+    if (error != cudaSuccess) return fail_cuda(error, "KV append kernel launch");
+    return FAS_SUCCESS;
+}
+
+}  // namespace fas
