@@ -79,11 +79,18 @@ def row(lib, tokens: int, decode: bool, fp8: bool, repeats: int, ceiling: float,
     times = ba.median_ms_each({"ours": ours, "torch": torch_copy}, repeats)
     row_bytes = HEADS * HEAD_DIM * (1 if fp8 else 2)
     moved = tokens * (2 * HEADS * HEAD_DIM * 2 + 2 * row_bytes + 8)
-    tbs = {name: moved / (ms * 1e-3) / 1e12 for name, ms in times.items()}
+
+    def cells(name):  # microseconds and TB/s, or the error a backend raised
+        ms = times[name]
+        if not isinstance(ms, float):
+            return [ms, "-"]
+        return [f"{ms * 1e3:.1f}", f"{moved / (ms * 1e-3) / 1e12:.2f}"]
+
+    ours_cells = cells("ours")
+    share = f"{float(ours_cells[1]) / ceiling * 100:.0f}%" if isinstance(times["ours"], float) else "-"
     what = f"{'decode' if decode else 'prefill'} {tokens}"
-    return (what, "e4m3" if fp8 else "bf16", f"{moved / 2**20:.1f}", f"{times['ours'] * 1e3:.1f}",
-            f"{tbs['ours']:.2f}", f"{tbs['ours'] / ceiling * 100:.0f}%", f"{times['torch'] * 1e3:.1f}",
-            f"{tbs['torch']:.2f}", ba.ratio(times["ours"], times["torch"]))
+    return (what, "e4m3" if fp8 else "bf16", f"{moved / 2**20:.1f}", *ours_cells, share, *cells("torch"),
+            ba.ratio(times["ours"], times["torch"]))
 
 
 def main() -> None:
