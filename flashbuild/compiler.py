@@ -11,6 +11,7 @@ Every nvcc runs under fixed_pid.py's shim, so that equal keys give byte-identica
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fixed_pid, sccache
+from . import dist, fixed_pid, sccache
 from .container import ToolchainContainer
 from .errors import CompileError
 from .families import Upstream
@@ -29,6 +30,7 @@ from .kernelgen import registry_text
 from .library import EXPORTS_MAP, LibraryName, read_version
 from .memory import HOST, Stats, estimate
 from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
+from .progress import log
 from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
 from .sources import FetchedSource
 
@@ -140,6 +142,7 @@ class EntryCompiler:
         self.registry = self.out_dir / "gen" / "kernel_registry.inc"
         self.shim: Path | None = None  # fixed_pid's shim, built by compile_all
         self.route = None  # sccache.Route when the build runs nvcc through sccache
+        self.jobs_limit: int | None = None  # --jobs: also caps the jobs a cluster runs
 
     # -- flags and keys -------------------------------------------------------------------
     def common_flags(self) -> list[str]:
@@ -262,11 +265,25 @@ class EntryCompiler:
         self.registry.parent.mkdir(parents=True, exist_ok=True)
         self.registry.write_text(registry_text(self.plan.kernels))
 
+    def cluster_budget(self) -> Budget:
+        """With build servers: nvcc's host compiler named as the ELF sccache can ship, and the
+        jobs in flight capped by the cluster's CPUs and memory instead of this machine's."""
+        self.route = dataclasses.replace(self.route, host_compiler=dist.host_compiler(self.container))
+        status = self.container.exec([str(self.route.binary), "--dist-status"])
+        servers, cpus = dist.scheduler_status(status.output)
+        largest = max((job.estimate_bytes for job in self.jobs()), default=0)
+        budget = dist.cluster_budget(servers, cpus, self.route.cluster, largest, self.jobs_limit)
+        log(f"entry {self.plan.name}: compiling on {servers} build server(s), {cpus} CPU(s); budget "
+            f"{budget.describe()}; nvcc's host compiler {self.route.host_compiler}")
+        return budget
+
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
         self.write_registry()
         self.shim = fixed_pid.build_shim(self.container, self.out_dir / "tools")
         if self.route:
             sccache.start_server(self.container, self.route, self.shim)
+        if self.route and self.route.cluster:
+            budget = self.cluster_budget()
 
         def runner(job: Job) -> tuple[bool, TUResult]:
             tu = job.payload

@@ -7,10 +7,11 @@ against its manifest, as the build did before exporting it.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
-from . import checks, export, images, predict, sccache, sources
+from . import checks, dist, export, images, predict, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client
 from .build_time import build_time
@@ -97,9 +98,10 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     plan = make_plan(config.matrix(matrix_name), paths.repo)
     budget = make_budget(int(reserve_gb * GIB), jobs)
     cache_settings = sccache.settings(paths.build) if use_sccache else None  # checked in a dry run too
+    cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
     console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
     if dry_run:
-        console.print(sccache.describe(cache_settings, paths.build / "objects"))
+        console.print(sccache.describe(cache_settings, paths.build / "objects", cluster))
         return []
     stale = stale_files(config.matrices.values(), paths.kernels)
     if stale:
@@ -110,9 +112,10 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     client = docker_client()  # before the downloads: no engine should cost no fetch
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
-    route = sccache.make_route(fetched, paths.build, cache_settings) if use_sccache else None
+    route = sccache.make_route(fetched, paths.build, cache_settings, cluster) if use_sccache else None
     if route:
-        log(f"compiling through {sccache.cache_name(route.environment)}")
+        log(f"compiling through {sccache.cache_name(route.environment)}"
+            + (f" and the sccache-dist cluster of {cluster.scheduler_url}" if cluster else ""))
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
@@ -120,6 +123,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
         compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
         compiler.route = route
+        compiler.jobs_limit = jobs
         artifact_key = compiler.artifact_key()
         current = export.up_to_date(paths.artifacts, compiler.name.version_string, entry_plan.name, artifact_key)
         if current is not None:
@@ -127,14 +131,17 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             exported.append(current)
             continue
         shared = [route.cache_dir] if route else []
-        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, writable_mounts=shared,
+        config = [cluster.config_file.parent] if cluster else []  # sccache's client configuration, read-only
+        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, extra_mounts=config,
+                                writable_mounts=shared,
                                 environment=route.environment if route else None,
                                 network=route.network if route else "none") as container:
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
             if route:
-                log(sccache.stats_summary(container, route))
+                for line in sccache.stats_lines(container, compiler.route):
+                    log(line)
             result = compiler.link(results)
             toolchain = {**images.describe(image),
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
