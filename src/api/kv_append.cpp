@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "api/device.h"
+#include "api/kv_cache.h"
 #include "api/layout.h"
 #include "api/status.h"
 #include "paged/append.h"
@@ -13,27 +14,6 @@
 namespace fas {
 
 namespace {
-
-int element_bytes(fas_dtype dtype) { return dtype == FAS_DTYPE_E4M3 ? 1 : 2; }
-
-// A row stride (0 = row_elements): a multiple of 8 elements, at least one row.
-fas_status resolve_row_stride(int64_t given, int64_t row_elements, const char* name, int64_t* out) {
-    const int64_t stride = given == 0 ? row_elements : given;
-    if (stride < row_elements || stride % 8 != 0) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat(name, " is ", given, "; it must be 0 (contiguous) or a multiple of 8 elements >= num_heads_k * "
-                                 "head_dim (", row_elements, ")"));
-    }
-    *out = stride;
-    return FAS_SUCCESS;
-}
-
-// [first, last) byte ranges of two tensors share a byte.
-bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-    const auto a0 = reinterpret_cast<uintptr_t>(a);
-    const auto b0 = reinterpret_cast<uintptr_t>(b);
-    return a0 < b0 + static_cast<uintptr_t>(b_bytes) && b0 < a0 + static_cast<uintptr_t>(a_bytes);
-}
 
 fas_status check_device_pointer(const void* pointer, size_t alignment, const char* name, const char* what) {
     if (pointer == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass the DEVICE ", what));
@@ -82,7 +62,8 @@ fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* lau
                        {args.k_row_stride, "k_row_stride", &launch->k_row_stride},
                        {args.v_row_stride, "v_row_stride", &launch->v_row_stride}};
     for (const auto& stride : row_strides) {
-        if (const fas_status status = resolve_row_stride(stride.given, row, stride.name, stride.out); status != FAS_SUCCESS) {
+        *stride.out = stride.given;
+        if (const fas_status status = resolve_row_stride(stride.out, row, stride.name); status != FAS_SUCCESS) {
             return status;
         }
     }
@@ -92,15 +73,10 @@ fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* lau
         int64_t* out;
     } page_strides[] = {{args.k_page_stride, launch->k_row_stride, "k_page_stride", &launch->k_page_stride},
                         {args.v_page_stride, launch->v_row_stride, "v_page_stride", &launch->v_page_stride}};
-    for (const auto& stride : page_strides) {
-        const int64_t resolved = stride.given == 0 ? stride.row_stride * args.page_size : stride.given;
-        if (resolved < stride.row_stride * args.page_size || resolved % 8 != 0) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(stride.name, " is ", stride.given, "; it must be 0 (page_size * row stride) or a multiple "
-                                            "of 8 elements >= page_size * row stride (", stride.row_stride * args.page_size,
-                               ")"));
-        }
-        *stride.out = resolved;
+    for (const auto& stride : page_strides) {  // the caches plans read (PAGED KV CACHE)
+        const fas_status status = resolve_page_stride(stride.given, stride.row_stride, args.page_size, stride.name,
+                                                      stride.out);
+        if (status != FAS_SUCCESS) return status;
     }
     // The caches: where they are, their alignment, and that the new rows lie outside them.
     const size_t cache_alignment = fp8 ? 8 : 16;
@@ -127,20 +103,21 @@ fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* lau
     const fas_status slots_status =
         check_device_pointer(args.slot_mapping, sizeof(int64_t), "slot_mapping", "int64 array of num_tokens slots");
     if (slots_status != FAS_SUCCESS) return slots_status;
-    const int64_t new_bytes[] = {((args.num_tokens - 1) * launch->k_new_row_stride + row) * element_bytes(args.dtype),
-                                 ((args.num_tokens - 1) * launch->v_new_row_stride + row) * element_bytes(args.dtype)};
-    const int64_t cache_bytes[] = {
-        ((args.num_pages - 1) * launch->k_page_stride + (args.page_size - 1) * launch->k_row_stride + row) *
-            element_bytes(args.cache_dtype),
-        ((args.num_pages - 1) * launch->v_page_stride + (args.page_size - 1) * launch->v_row_stride + row) *
-            element_bytes(args.cache_dtype)};
-    const void* news[] = {args.k_new, args.v_new};
-    const void* caches[] = {args.k_cache, args.v_cache};
-    for (int n = 0; n < 2; ++n) {
-        for (int c = 0; c < 2; ++c) {
-            if (overlaps(news[n], new_bytes[n], caches[c], cache_bytes[c])) {
+    // A cache is one span (pages may be strided apart and interleave with the other cache).
+    const auto cache_extent = [&](const void* base, int64_t page_stride, int64_t row_stride, const char* name) {
+        const int64_t span = paged_span_elements(args.num_pages, args.page_size, page_stride, row_stride, row);
+        return tensor_extent(base, 1, span, span, element_bytes(args.cache_dtype), name);
+    };
+    const Extent news[] = {
+        tensor_extent(args.k_new, args.num_tokens, launch->k_new_row_stride, row, element_bytes(args.dtype), "k_new"),
+        tensor_extent(args.v_new, args.num_tokens, launch->v_new_row_stride, row, element_bytes(args.dtype), "v_new")};
+    const Extent caches[] = {cache_extent(args.k_cache, launch->k_page_stride, launch->k_row_stride, "k_cache"),
+                             cache_extent(args.v_cache, launch->v_page_stride, launch->v_row_stride, "v_cache")};
+    for (const Extent& rows : news) {
+        for (const Extent& cache : caches) {
+            if (overlaps(rows, cache)) {
                 return fail(FAS_ERROR_INVALID_ARGUMENT,
-                            concat(n == 0 ? "k_new" : "v_new", " overlaps ", c == 0 ? "k_cache" : "v_cache",
+                            concat(rows.name, " overlaps ", cache.name,
                                    "; the new rows must lie outside the caches they are written to"));
             }
         }

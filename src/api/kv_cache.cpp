@@ -67,6 +67,17 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
     return FAS_SUCCESS;
 }
 
+fas_status resolve_page_stride(int64_t given, int64_t row_stride, int page_size, const char* name, int64_t* stride) {
+    *stride = given == 0 ? row_stride * page_size : given;
+    if (*stride < 0 || *stride % 8 != 0 || *stride > kMaxPagedStride || row_stride > kMaxPagedStride) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat(name, " is ", *stride, " elements (row stride ", row_stride,
+                           "); page and row strides must be multiples of 8 below 2^32 (the paged kernels hold "
+                           "them in 32 bits)"));
+    }
+    return FAS_SUCCESS;
+}
+
 fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout) {
     const struct {
         int64_t given;
@@ -80,15 +91,10 @@ fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout*
     };
     const int64_t row_elements = static_cast<int64_t>(layout->num_heads_k) * layout->head_dim;
     for (const auto& cache : caches) {
-        const int64_t stride = cache.given == 0 ? cache.row_stride * kv->page_size : cache.given;
-        if (stride < 0 || stride % 8 != 0 || stride > kMaxPagedStride || cache.row_stride > kMaxPagedStride) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(cache.name, " is ", stride, " elements (row stride ", cache.row_stride,
-                               "); page and row strides must be multiples of 8 below 2^32 (the paged kernels hold "
-                               "them in 32 bits)"));
-        }
-        *cache.resolved = stride;
-        *cache.span = (kv->num_pages - 1) * stride + (kv->page_size - 1) * cache.row_stride + row_elements;
+        const fas_status status =
+            resolve_page_stride(cache.given, cache.row_stride, kv->page_size, cache.name, cache.resolved);
+        if (status != FAS_SUCCESS) return status;
+        *cache.span = paged_span_elements(kv->num_pages, kv->page_size, *cache.resolved, cache.row_stride, row_elements);
     }
     if (args.page_indices_host != nullptr) {
         const fas_status status = check_host_array(args.page_indices_host, "page_indices_host", "total_pages int32 page ids");

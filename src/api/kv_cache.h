@@ -34,6 +34,17 @@ struct KvCache {
 // settled the row strides, call resolve_paged_strides.
 fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout);
 
+// One cache's page stride (0 = page_size * row stride) checked against the limits of PAGED KV
+// CACHE (multiples of 8 below 2^32, as the paged kernels hold them): plans and fas_kv_append
+// take the same caches.
+fas_status resolve_page_stride(int64_t given, int64_t row_stride, int page_size, const char* name, int64_t* stride);
+
+// Elements a paged cache spans from its base pointer.
+inline int64_t paged_span_elements(int num_pages, int page_size, int64_t page_stride, int64_t row_stride,
+                                   int64_t row_elements) {
+    return (num_pages - 1) * page_stride + (page_size - 1) * row_stride + row_elements;
+}
+
 // Page strides (0 = page_size * row stride), their limits, the caches' spans for the tensor
 // checks, and the optional host page ids.
 fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout);

@@ -74,13 +74,9 @@ fas_status resolve_layout(Layout* layout) {
         {&l.out_row_stride, l.num_heads_q, "out_row_stride"},
     };
     for (const auto& entry : strides) {
-        const int64_t row_elements = static_cast<int64_t>(entry.num_heads) * l.head_dim;
-        if (*entry.stride == 0) *entry.stride = row_elements;
-        if (*entry.stride < row_elements || *entry.stride % 8 != 0) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat(entry.name, " is ", *entry.stride, " elements; it must be 0 (contiguous) or a multiple "
-                               "of 8 that is >= num_heads * head_dim = ", row_elements));
-        }
+        const fas_status status =
+            resolve_row_stride(entry.stride, static_cast<int64_t>(entry.num_heads) * l.head_dim, entry.name);
+        if (status != FAS_SUCCESS) return status;
     }
 
     if (!std::isfinite(l.softmax_scale) || l.softmax_scale < 0.f) {
@@ -105,18 +101,17 @@ fas_status resolve_layout(Layout* layout) {
     return FAS_SUCCESS;
 }
 
-namespace {
+fas_status resolve_row_stride(int64_t* stride, int64_t row_elements, const char* name) {
+    if (*stride == 0) *stride = row_elements;
+    if (*stride < row_elements || *stride % 8 != 0) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat(name, " is ", *stride, " elements; it must be 0 (contiguous) or a multiple "
+                           "of 8 that is >= num_heads * head_dim = ", row_elements));
+    }
+    return FAS_SUCCESS;
+}
 
 size_t element_bytes(fas_dtype dtype) { return dtype == FAS_DTYPE_E4M3 ? 1 : 2; }
-
-// Bytes a tensor's rows span from its base pointer: rows of `width` elements, `stride` apart.
-struct Extent {
-    uintptr_t begin;
-    uintptr_t end;
-    uintptr_t stride;  // bytes between rows
-    uintptr_t width;   // bytes of one row
-    const char* name;
-};
 
 Extent tensor_extent(const void* base, int64_t rows, int64_t stride, int64_t width, size_t element, const char* name) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(base);
@@ -124,8 +119,6 @@ Extent tensor_extent(const void* base, int64_t rows, int64_t stride, int64_t wid
     return {begin, begin + bytes, static_cast<uintptr_t>(stride * element), static_cast<uintptr_t>(width * element), name};
 }
 
-// True when the two tensors share a byte. Rows with one stride that interleave without
-// touching (q and out as the two halves of each row of one buffer) share none.
 bool overlaps(const Extent& a, const Extent& b) {
     if (a.begin >= b.end || b.begin >= a.end) return false;
     if (a.stride != b.stride || a.stride == 0) return true;
@@ -134,8 +127,6 @@ bool overlaps(const Extent& a, const Extent& b) {
     const uintptr_t offset = (second.begin - first.begin) % first.stride;
     return !(offset >= first.width && offset + second.width <= first.stride);
 }
-
-}  // namespace
 
 fas_status check_tensors(const Layout& layout, const void* q, const void* k, const void* v, const void* out,
                          const float* softmax_lse) noexcept {

@@ -71,6 +71,27 @@ bool is_16bit_dtype(int dtype);
 fas_status fail_bad_dtype(int dtype);
 fas_status validate_head_dim(int head_dim);
 
+// A row stride in elements: 0 becomes row_elements (contiguous); else a multiple of 8, at least
+// one row.
+fas_status resolve_row_stride(int64_t* stride, int64_t row_elements, const char* name);
+
+size_t element_bytes(fas_dtype dtype);
+
+// Bytes a tensor's rows span from its base pointer: rows of `width` elements, `stride` apart.
+struct Extent {
+    uintptr_t begin;
+    uintptr_t end;
+    uintptr_t stride;  // bytes between rows
+    uintptr_t width;   // bytes of one row
+    const char* name;
+};
+
+Extent tensor_extent(const void* base, int64_t rows, int64_t stride, int64_t width, size_t element, const char* name);
+
+// True when the two tensors share a byte. Rows with one stride that interleave without
+// touching (q and out as the two halves of each row of one buffer) share none.
+bool overlaps(const Extent& a, const Extent& b);
+
 // Checks every field of *layout (its out_dtype is the one whose rules apply) and fills in the
 // default row strides and softmax scale.
 fas_status resolve_layout(Layout* layout);

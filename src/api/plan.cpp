@@ -210,7 +210,8 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     // Batches of short sequences share query tiles where a packed kernel is built and packing pays
     // (sm90/packed_args.h); the packed kernel takes causal plans and left windows through its row table.
     if (!kv.paged && !softcap && device.is_sm90()) {
-        if (const fas_sm90::Kernel* packed = fas_sm90::find_packed_kernel(layout.dtype, layout.head_dim)) {
+        if (const fas_sm90::Kernel* packed = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim,
+                                                                   layout.causal, false, false, /*packed=*/true)) {
             fas_sm90::PlanLayout candidate = *schedule;
             candidate.head_dim = packed->head_dim;
             candidate.packed = true;

@@ -63,29 +63,20 @@ const Kernel& kernel(int index) { return kTable[index]; }
 
 bool rounds_up(fas_dtype dtype, bool paged) { return dtype != FAS_DTYPE_E4M3 && !paged; }
 
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap) {
-    // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it.
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap,
+                          bool packed) {
+    // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it. Packed
+    // kernels are built non-causal and serve either mask.
     const Kernel* best = nullptr;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
-        if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) || entry.causal != causal ||
-            entry.paged != paged || entry.softcap != softcap || entry.packed) {
+        if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) ||
+            (entry.causal != causal && !packed) || entry.paged != paged || entry.softcap != softcap ||
+            entry.packed != packed) {
             continue;
         }
         const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
         if (fits && (best == nullptr || entry.head_dim < best->head_dim)) best = &entry;
-    }
-    return best;
-}
-
-const Kernel* find_packed_kernel(fas_dtype dtype, int head_dim) {
-    const Kernel* best = nullptr;
-    for (int i = 0; i < kNumKernels; ++i) {
-        const Kernel& entry = kTable[i];
-        if (entry.packed && entry.dtype == dtype && entry.head_dim >= head_dim &&
-            (best == nullptr || entry.head_dim < best->head_dim)) {
-            best = &entry;
-        }
     }
     return best;
 }

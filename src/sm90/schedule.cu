@@ -144,7 +144,6 @@ bool heads_inner(const PlanLayout& layout) {
 }
 
 int64_t count_units(const PlanLayout& layout) {
-    if (layout.packed) return static_cast<int64_t>(make_packs(layout).size());
     const int rows = query_tile_rows(layout);
     const int per_unit = tiles_per_unit(layout);
     int64_t units = 0;
@@ -216,7 +215,9 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
     }
     // Work items are (tile, head) pairs counted in int32 by the kernel's scheduler, with room for
     // one round of CTAs past the end.
-    const int64_t items = count_units(layout) * layout.num_heads_q;
+    // Packs never outnumber the sequences with queries: that bound serves the limit without packing again.
+    const int64_t units = layout.packed ? sequences_with_queries(layout) : count_units(layout);
+    const int64_t items = units * layout.num_heads_q;
     if (items > INT32_MAX / 2) {
         why << "the layout has " << items << " (query tile unit, head) work items; the SM90 scheduler indexes at most "
             << INT32_MAX / 2 << "; split the batch into plans of fewer tokens";

@@ -41,10 +41,9 @@ const Kernel& kernel(int index);
 // TMA zero-fills the missing columns, the epilogue writes only the real ones). out_dtype < 0:
 // any output dtype (capability queries).
 bool rounds_up(fas_dtype dtype, bool paged);
+// packed: the packed kernels (launch_ragged_packed), which serve causal and non-causal plans.
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,
-                          bool softcap = false);
-// The packed kernel of the narrowest built head dim >= head_dim for 16-bit dtype, or NULL.
-const Kernel* find_packed_kernel(fas_dtype dtype, int head_dim);
+                          bool softcap = false, bool packed = false);
 
 // Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
 // else why not.
