@@ -54,6 +54,11 @@ class LocalCluster:
     def _run(self, *args: str) -> str:
         return subprocess.run([str(self.binary), *args], capture_output=True, text=True, check=True).stdout.strip()
 
+    def server_token(self, key: str, address: str) -> str:
+        """A build server's JWT. --secret-key=KEY: a base64url key may begin with '-', which as a
+        separate argument would read as an option (1 key in 64)."""
+        return self._run("auth", "generate-jwt-hs256-server-token", f"--secret-key={key}", "--server", address)
+
     def _write_configs(self) -> list[Path]:
         key = self._run("auth", "generate-jwt-hs256-key")
         self.scheduler_port = free_port()
@@ -65,8 +70,7 @@ class LocalCluster:
         for index in range(self.count):
             port = free_port()
             self.server_ports.append(port)
-            token = self._run("auth", "generate-jwt-hs256-server-token", "--secret-key", key,
-                              "--server", f"127.0.0.1:{port}")
+            token = self.server_token(key, f"127.0.0.1:{port}")
             folder = self.workdir / f"server{index}"
             (folder / "build").mkdir(parents=True, exist_ok=True)
             (folder / "toolchains").mkdir(parents=True, exist_ok=True)

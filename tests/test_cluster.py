@@ -50,3 +50,9 @@ def test_a_tu_compiled_through_the_local_cluster_runs_on_its_servers_and_the_pro
     assert remote[0] in {f"127.0.0.1:{port}" for port in cluster.server_ports} and remote[1] == "1", stats
     assert cluster.running() == []  # the daemons are gone
 
+
+def test_a_server_token_is_made_from_a_key_that_begins_with_a_dash(repo, tmp_path):
+    """sccache-dist's keys are base64url; one in 64 begins with '-' (a CI run failed on one)."""
+    cluster = LocalCluster(binaries(repo, tmp_path)["sccache-dist"], tmp_path / "cluster")
+    token = cluster.server_token("-rcUffIkXBI0fbRGZ8jfLQFU9UzimjpFTLSykyRtvsY", "127.0.0.1:10501")
+    assert token.count(".") == 2  # a JWT: header.payload.signature
