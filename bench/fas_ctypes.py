@@ -55,6 +55,7 @@ class Family(enum.IntEnum):
     FA2 = 0
     SM90 = 1
     PAGED = 2
+    MIXED = 3
 
 
 class KvLayout(enum.IntEnum):
@@ -165,6 +166,7 @@ class PlanInfo(_Sized):
         ("kv_splits", ctypes.c_int), ("packed_gqa", ctypes.c_int), ("query_tile_rows", ctypes.c_int),
         ("num_ctas", ctypes.c_int), ("total_pages", ctypes.c_int), ("ctas_per_sm", ctypes.c_int),
         ("query_tiles", ctypes.c_int), ("packed", ctypes.c_int),
+        ("prefill_family", ENUM_CTYPE), ("decode_sequences", ctypes.c_int),
     ]
 
 

@@ -13,6 +13,7 @@
 #include "api/device.h"
 #include "api/kv_cache.h"
 #include "api/layout.h"
+#include "api/mixed.h"
 #include "api/registry.h"
 #include "api/status.h"
 #include "fa2/plan.h"
@@ -36,6 +37,7 @@ struct fas_plan {
     std::unique_ptr<fas_sm90::Plan> sm90;
     std::unique_ptr<fas_fa2::Plan> fa2;
     std::unique_ptr<fas_paged::Plan> paged;
+    std::unique_ptr<fas::MixedPlan> mixed;
 
     ~fas_plan() { magic = kDeadPlanMagic; }
 };
@@ -236,7 +238,9 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
 
 }  // namespace
 
-fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
+namespace {
+
+fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
     fas_plan_args args;
@@ -270,6 +274,20 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     if (device_error != cudaSuccess) return fail_cuda(device_error, "cudaGetDevice (is a CUDA driver and GPU present?)");
     status = check_device(device_index, &device);
     if (status != FAS_SUCCESS) return status;
+
+    // A paged batch of decode and prefill sequences: a plan per part (mixed.h).
+    if (const int split = may_mix ? mixed_split(args) : 0; split > 0) {
+        std::unique_ptr<fas_plan> plan(new fas_plan());
+        plan->device = device_index;
+        plan->layout = layout;
+        status = create_mixed_plan(args, split, &plan->mixed);
+        if (status != FAS_SUCCESS) return status;
+        if (plan->mixed != nullptr) {
+            plan->family = FAS_FAMILY_MIXED;
+            *plan_out = plan.release();
+            return FAS_SUCCESS;
+        }
+    }
 
     // Family choice: decode-shaped varlen plans, and paged caches the SM90 family cannot serve
     // (it takes their chunked prefill), go to the paged family; the rest to SM90 where a kernel
@@ -336,6 +354,12 @@ fas_status create_plan(const fas_plan_args* user_args, fas_plan** plan_out) {
     return FAS_SUCCESS;
 }
 
+}  // namespace
+
+fas_status create_plan(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, true); }
+
+fas_status create_plan_part(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false); }
+
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     fas_status status = check_plan(plan);
     if (status != FAS_SUCCESS) return status;
@@ -349,6 +373,7 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
+    if (plan->mixed != nullptr) return run_mixed_plan(*plan->mixed, args);
     if (plan->paged != nullptr) {
         return fas_paged::run_plan(*plan->paged, args.q, args.k, args.v, args.out, args.softmax_lse, args.page_indices,
                                    args.stream);
@@ -380,6 +405,9 @@ fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
         if (status != FAS_SUCCESS) return status;
     } else if (plan->paged != nullptr) {
         status = fas_paged::retire_plan(plan->paged.get(), stream);
+        if (status != FAS_SUCCESS) return status;
+    } else if (plan->mixed != nullptr) {
+        status = retire_mixed_plan(plan->mixed.get(), stream);
         if (status != FAS_SUCCESS) return status;
     } else {
         // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
@@ -413,7 +441,8 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
     filled.device = plan->device;
     filled.device_bytes = plan->sm90 != nullptr    ? fas_sm90::schedule_device_bytes(plan->sm90->schedule)
                           : plan->paged != nullptr ? plan->paged->block->bytes
-                                                   : plan->fa2->device_bytes;
+                          : plan->fa2 != nullptr   ? plan->fa2->device_bytes
+                                                   : 0;
     filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
     if (plan->sm90 != nullptr) {  // one CTA per SM, query heads not packed, no KV split
         filled.kv_splits = 1;
@@ -434,6 +463,7 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
         filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
         filled.ctas_per_sm = paged.ctas_per_sm;
     }
+    if (plan->mixed != nullptr) mixed_plan_info(*plan->mixed, &filled);
     std::memcpy(info, &filled, caller_size);
     return FAS_SUCCESS;
 }

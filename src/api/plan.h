@@ -8,6 +8,8 @@
 namespace fas {
 
 fas_status create_plan(const fas_plan_args* args, fas_plan** plan);
+// A plan of one part of a mixed plan (mixed.h): never split again.
+fas_status create_plan_part(const fas_plan_args* args, fas_plan** plan);
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* args);
 fas_status destroy_plan(fas_plan* plan);
 fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream);

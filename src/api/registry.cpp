@@ -14,7 +14,12 @@ namespace fas {
 int num_kernels() { return fas_fa2::num_kernels() + fas_sm90::num_kernels() + fas_paged::num_kernels(); }
 
 const char* family_name(fas_family family) {
-    return family == FAS_FAMILY_SM90 ? "sm90" : family == FAS_FAMILY_PAGED ? "paged" : "fa2";
+    switch (family) {
+        case FAS_FAMILY_SM90: return "sm90";
+        case FAS_FAMILY_PAGED: return "paged";
+        case FAS_FAMILY_MIXED: return "mixed";
+        default: return "fa2";
+    }
 }
 
 fas_status kernel_info(int index, fas_kernel_info* info) {

@@ -158,6 +158,23 @@
  *   decoding, non-causal, or one those conditions exclude: fas_plan_info.sm90_unused_reason says
  *   which) runs on the paged family below. Both take the same page table and arguments.
  *
+ *   MIXED PLANS (since 0.4): a paged batch in which some sequences decode (at most 8 queries each)
+ *   and others are in chunked prefill, as a continuous-batching scheduler produces it, becomes
+ *   one plan of family FAS_FAMILY_MIXED made of two parts: the decode sequences at the START or
+ *   at the END of the batch (the longer such run; order the batch so that every decode
+ *   sequence is in it, as vLLM does by putting decodes first) go to the paged family's decode
+ *   kernel, the other sequences to the family a plan of them alone would take
+ *   (fas_plan_info.prefill_family: SM90 where its paged kernel serves them, else PAGED). Decode
+ *   sequences between prefill ones stay in the prefill part. fas_plan_run launches the prefill
+ *   part, then the decode part, on the run's stream, each with its own share of page_indices
+ *   (the batch's CSR array as one: nothing changes for the caller). A batch whose decode
+ *   sequences would not fit the decode kernel's 16-row tiles (queries x query heads per KV head
+ *   > 16, or several queries of a non-causal plan) is planned as one plan, as before.
+ *   fas_plan_info of a mixed plan: decode_sequences, prefill_family, the prefill part's
+ *   kernel_head_dim, query_tile_rows, query_tiles and ctas_per_sm, the decode part's packed_gqa,
+ *   the larger kv_splits, and num_ctas, total_pages and device_bytes summed. The parts' rules
+ *   hold: runs of a plan with kv_splits > 1 must be ordered with each other.
+ *
  *   Contiguous (varlen) KV plans whose sequences have at most 8 queries each take the paged
  *   family's kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
  *   divides every sequence's first row) and uploads their ids itself.
@@ -197,7 +214,8 @@ extern "C" {
 typedef enum fas_family {
     FAS_FAMILY_FA2 = 0,
     FAS_FAMILY_SM90 = 1,
-    FAS_FAMILY_PAGED = 2 /* tensor-core attention over a paged KV cache; decode (see PAGED KV CACHE) */
+    FAS_FAMILY_PAGED = 2, /* tensor-core attention over a paged KV cache; decode (see PAGED KV CACHE) */
+    FAS_FAMILY_MIXED = 3  /* a decode part on PAGED and a prefill part, one plan (see MIXED PLANS; since 0.4) */
 } fas_family;
 
 /* Where a plan's keys and values live. */
@@ -305,7 +323,7 @@ typedef struct fas_plan_run_args {
 typedef struct fas_plan_info {
     size_t struct_size;         /* must be sizeof(fas_plan_info) */
     fas_family family;          /* family that fas_plan_run launches */
-    const char* family_name;    /* "fa2" or "sm90"; static string */
+    const char* family_name;    /* "fa2", "sm90", "paged" or "mixed"; static string */
     int kernel_head_dim;        /* head dim of the kernel that runs */
     fas_lse_layout lse_layout;  /* layout of softmax_lse written by fas_plan_run */
     int total_q;                /* cu_seqlens_q[batch_size] */
@@ -331,6 +349,10 @@ typedef struct fas_plan_info {
     int query_tiles;      /* SM90: query tiles the plan's schedule lists per query head (causal plans
                            * count empty pairing slots); fewer than the sequences when packed */
     int packed;           /* SM90: 1 when short sequences share query tiles (see PACKED PLANS) */
+
+    /* ---- appended in 0.4 ---- */
+    fas_family prefill_family; /* mixed plans: the family of the prefill part (SM90 or PAGED) */
+    int decode_sequences;      /* mixed plans: sequences in the decode part (PAGED); 0 otherwise */
 } fas_plan_info;
 
 /* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_args). */

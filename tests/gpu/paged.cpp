@@ -24,6 +24,7 @@ struct PagedCase {
     int expect_family = -1;      // -1: SM90 for more than 8 queries where its paged kernel is built
     int window_left = -1;        // >= 0: a causal left window (use_window, right 0)
     float softcap = 0.f;
+    int expect_decode_sequences = 0;  // > 0: a mixed plan whose decode part has this many sequences
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -129,22 +130,31 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                                     std::to_string(info.kernel_head_dim) + " tile=" +
                                     std::to_string(info.query_tile_rows) + " splits=" + std::to_string(info.kv_splits) +
                                     " ctas=" + std::to_string(info.num_ctas) + " ctas/sm=" + std::to_string(info.ctas_per_sm) +
-                                    " pages=" + std::to_string(info.total_pages);
+                                    " pages=" + std::to_string(info.total_pages) +
+                                    (info.family == FAS_FAMILY_MIXED
+                                         ? " decode_sequences=" + std::to_string(info.decode_sequences) +
+                                               " prefill_family=" + std::to_string(info.prefill_family)
+                                         : std::string());
     int queried_tile = 0;
     const int max_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
     const fas_status queried =
         fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0, max_q, c.heads_q / c.heads_kv, &queried_tile);
     // Chunked prefill (more than 8 queries) takes the SM90 paged kernel where one is built: one
     // query head per tile row, no split; otherwise the paged family packs the group into rows.
+    // Mixed plans: the decode part on the paged family (its packing), the prefill part as above.
+    const bool mixed = c.expect_decode_sequences > 0;
     const bool sm90 = c.expect_family >= 0 ? c.expect_family == FAS_FAMILY_SM90
                                            : max_q > 8 && has_kernel("sm90_paged", dtype, c.head_dim, c.causal);
-    const int packed = sm90 ? 1 : c.heads_q / c.heads_kv;
-    if (info.family != (sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED) || info.total_pages != total_pages ||
-        info.packed_gqa != packed ||
+    const int packed = sm90 && !mixed ? 1 : c.heads_q / c.heads_kv;
+    const int family = mixed ? FAS_FAMILY_MIXED : sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED;
+    if (info.family != family || info.total_pages != total_pages || info.packed_gqa != packed ||
+        (mixed && (info.decode_sequences != c.expect_decode_sequences ||
+                   info.prefill_family != (sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED))) ||
+        (!mixed && (info.decode_sequences != 0 || info.prefill_family != 0)) ||
         (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
         (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
         // The query assumes a layout the SM90 paged kernels take; expect_family cases break that.
-        (c.expect_family < 0 && queried_tile != info.query_tile_rows)) {
+        (c.expect_family < 0 && !mixed && queried_tile != info.query_tile_rows)) {
         fas_plan_destroy(plan);
         return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
                            ", tile " + std::to_string(queried_tile) + "):" + plan_detail};
@@ -294,9 +304,23 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // Chunked prefill (queries fewer than keys, bottom-right causal): the SM90 paged kernel
         // where built. A sequence without queries, one whose queries end a page, pages of 48.
         cases.push_back({"paged-chunked-small", 8, 2, head_dim, true, 48, {20, 0, 37}, {100, 64, 37}});
-        // Queries without keys: the SM90 kernels refuse the layout, the paged family serves it.
-        cases.push_back({"paged-chunked-no-keys", 8, 2, head_dim, true, 16, {12, 3}, {40, 0}, false, 0,
+        // Queries without keys: the SM90 kernels refuse the layout, the paged family serves it
+        // (3 queries x GQA 8 exceed the decode kernel's 16 rows, so the batch is not mixed).
+        cases.push_back({"paged-chunked-no-keys", 16, 2, head_dim, true, 16, {12, 3}, {40, 0}, false, 0,
                          FAS_FAMILY_PAGED});
+        // Mixed batches (MIXED PLANS): decodes first, chunked prefill over cached pages after; the
+        // reverse order with a keyless decode and one without queries; speculative decodes; a
+        // decode part whose KV splits; decodes between prefills stay in the prefill part.
+        cases.push_back({"paged-mixed-decode-first", 16, 2, head_dim, true, 16, {1, 1, 1, 1, 1, 40, 97},
+                         {1, 700, 3000, 64, 9, 300, 1200}, false, 0, -1, -1, 0.f, 5});
+        cases.push_back({"paged-mixed-prefill-first", 8, 2, head_dim, true, 32, {130, 1, 1, 0, 4},
+                         {500, 0, 77, 20, 2000}, false, 0, -1, -1, 0.f, 4});
+        cases.push_back({"paged-mixed-spec", 8, 4, head_dim, true, 16, {4, 2, 8, 1, 60}, {40, 4097, 8, 9, 60}, false,
+                         0, -1, -1, 0.f, 4});
+        cases.push_back({"paged-mixed-split", 16, 2, head_dim, true, 16, {1, 1, 300}, {quick ? 20000 : 65536, 17, 900},
+                         true, 0, -1, -1, 0.f, 2});
+        cases.push_back({"paged-mixed-interleaved", 16, 2, head_dim, true, 64, {1, 1, 33, 1, 20, 1},
+                         {100, 5000, 400, 50, 20, 7}, false, 0, -1, -1, 0.f, 2});
         // Windows (0, 1, 64, 4096 keys left of the diagonal) and softcaps (30, 50) on the decode
         // kernel (queries x group <= 16 rows): KVs shorter and longer than the window, speculative
         // queries (each row its own first key), a split whose chunks cover only the window, and
@@ -326,6 +350,13 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
             cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
                              std::vector<int>(300, 1500), false, 2});
+            // One prefill chunk and 255 decodes (the shape, shorter for the CPU reference).
+            std::vector<int> one_prefill_q(255, 1), one_prefill_k(255);
+            for (int i = 0; i < 255; ++i) one_prefill_k[i] = 1 + (i * 37) % 1500;
+            one_prefill_q.insert(one_prefill_q.begin(), 256);
+            one_prefill_k.insert(one_prefill_k.begin(), 1024);
+            cases.push_back({"paged-mixed-1p-255d", 16, 2, head_dim, true, 16, one_prefill_q, one_prefill_k, false, 0,
+                             -1, -1, 0.f, 255});
             if (head_dim == 128) {  // CTAs of 2048+ keys: the decode kernel's long shape (paged.h)
                 cases.push_back({"paged-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
                                  std::vector<int>(40, 4100), false, 1});
