@@ -42,6 +42,10 @@ fas_status create_part(const fas_plan_args& args, int first, int count, MixedPar
 MixedPlan::~MixedPlan() {
     destroy_plan(decode.plan);
     destroy_plan(prefill.plan);
+    // Released once the work queued on them completes (the runtime's rule), so no wait here.
+    if (fork != nullptr) cudaEventDestroy(fork);
+    if (join != nullptr) cudaEventDestroy(join);
+    if (side != nullptr) cudaStreamDestroy(side);
 }
 
 int mixed_split(const fas_plan_args& args) {
@@ -61,9 +65,13 @@ fas_status create_mixed_plan(const fas_plan_args& args, int split, std::unique_p
     const bool decode_first = decode_shaped(args, 0);
     MixedPart& first = decode_first ? plan->decode : plan->prefill;
     MixedPart& second = decode_first ? plan->prefill : plan->decode;
-    fas_status status = create_part(args, 0, split, &first);
-    if (status == FAS_SUCCESS) status = create_part(args, split, args.batch_size - split, &second);
-    if (status != FAS_SUCCESS) return status;  // the message is the part's own
+    // A part that cannot be planned alone (e.g. decodes without any key, which the family choice
+    // of a whole batch never sees alone) leaves the batch one plan, as before mixed plans.
+    if (create_part(args, 0, split, &first) != FAS_SUCCESS ||
+        create_part(args, split, args.batch_size - split, &second) != FAS_SUCCESS) {
+        return FAS_SUCCESS;
+    }
+    fas_status status = FAS_SUCCESS;
     // Worth two launches only where the decode part gets the decode kernel (16-row tiles); its
     // 64-row tiles are what one plan of the whole batch would give those sequences anyway.
     fas_plan_info decode;
@@ -71,19 +79,41 @@ fas_status create_mixed_plan(const fas_plan_args& args, int split, std::unique_p
     decode.struct_size = sizeof(decode);
     status = plan_info(plan->decode.plan, &decode);
     if (status != FAS_SUCCESS) return status;
-    if (decode.family == FAS_FAMILY_PAGED && decode.query_tile_rows == 16) *out = std::move(plan);
+    if (decode.family != FAS_FAMILY_PAGED || decode.query_tile_rows != 16) return FAS_SUCCESS;
+    // The parts run concurrently: a prefill of few query tiles leaves SMs to the decode CTAs
+    // (measured against back-to-back launches: docs/design/mixed-and-fp8-kv.md).
+    cudaError_t error = cudaStreamCreateWithFlags(&plan->side, cudaStreamNonBlocking);
+    if (error == cudaSuccess) error = cudaEventCreateWithFlags(&plan->fork, cudaEventDisableTiming);
+    if (error == cudaSuccess) error = cudaEventCreateWithFlags(&plan->join, cudaEventDisableTiming);
+    if (error != cudaSuccess) return fail_cuda(error, "creating the mixed plan's stream and events");
+    *out = std::move(plan);
     return FAS_SUCCESS;
 }
 
-fas_status run_mixed_plan(const MixedPlan& plan, const fas_plan_run_args& args) {
-    // Prefill first: its CTAs are the longer ones, and the decode part's start overlaps its tail.
-    for (const MixedPart* part : {&plan.prefill, &plan.decode}) {
-        fas_plan_run_args sub = args;
-        if (args.page_indices != nullptr) sub.page_indices = args.page_indices + part->first_page;
-        const fas_status status = run_plan(part->plan, &sub);
-        if (status != FAS_SUCCESS) return status;
-    }
-    return FAS_SUCCESS;
+namespace {
+
+fas_status run_part(const MixedPart& part, const fas_plan_run_args& args, cudaStream_t stream) {
+    fas_plan_run_args sub = args;
+    sub.stream = stream;
+    if (args.page_indices != nullptr) sub.page_indices = args.page_indices + part.first_page;
+    return run_plan(part.plan, &sub);
+}
+
+}  // namespace
+
+fas_status run_mixed_plan(MixedPlan& plan, const fas_plan_run_args& args) {
+    // Prefill first: its CTAs are the longer ones and take their SMs before the decode CTAs.
+    std::lock_guard<std::mutex> guard(plan.lock);
+    cudaError_t error = cudaEventRecord(plan.fork, args.stream);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(plan.side, plan.fork, 0);
+    if (error != cudaSuccess) return fail_cuda(error, "forking the mixed plan's decode part onto its stream");
+    fas_status status = run_part(plan.prefill, args, args.stream);
+    if (status == FAS_SUCCESS) status = run_part(plan.decode, args, plan.side);
+    // Joined whatever happened, so that the run's stream (or a graph capture) never misses it.
+    error = cudaEventRecord(plan.join, plan.side);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(args.stream, plan.join, 0);
+    if (error != cudaSuccess) return fail_cuda(error, "joining the mixed plan's decode part");
+    return status;
 }
 
 fas_status retire_mixed_plan(MixedPlan* plan, cudaStream_t stream) {

@@ -8,8 +8,11 @@
 
 #include "flash_attn_standalone.h"
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 namespace fas {
 
@@ -22,6 +25,11 @@ struct MixedPart {
 
 struct MixedPlan {
     MixedPart decode, prefill;
+    // Concurrent parts: the decode part runs on `side`, forked from and joined back into the
+    // run's stream with the two events; the lock keeps one run's record/wait pairs together.
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    std::mutex lock;
     ~MixedPlan();  // destroys the parts (fas_plan_destroy's contract: their runs are complete)
 };
 
@@ -32,9 +40,10 @@ struct MixedPlan {
 int mixed_split(const fas_plan_args& args);
 
 // Plans both parts (each an ordinary plan of its sequences; args was validated whole). *out stays
-// NULL when mixing does not pay: the decode part would not run on the decode kernel.
+// NULL when mixing does not pay (the decode part would not run on the decode kernel) or a part
+// cannot be planned alone.
 fas_status create_mixed_plan(const fas_plan_args& args, int split, std::unique_ptr<MixedPlan>* out);
-fas_status run_mixed_plan(const MixedPlan& plan, const fas_plan_run_args& args);
+fas_status run_mixed_plan(MixedPlan& plan, const fas_plan_run_args& args);
 // fas_plan_destroy_async of both parts; the plan then holds none.
 fas_status retire_mixed_plan(MixedPlan* plan, cudaStream_t stream);
 // Fills the parts' share of fas_plan_info (family, kernels and work) into *info.

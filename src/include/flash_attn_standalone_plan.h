@@ -166,10 +166,15 @@
  *   kernel, the other sequences to the family a plan of them alone would take
  *   (fas_plan_info.prefill_family: SM90 where its paged kernel serves them, else PAGED). Decode
  *   sequences between prefill ones stay in the prefill part. fas_plan_run launches the prefill
- *   part, then the decode part, on the run's stream, each with its own share of page_indices
- *   (the batch's CSR array as one: nothing changes for the caller). A batch whose decode
+ *   part on the run's stream and the decode part on a stream the plan owns, forked from the
+ *   run's stream and joined back into it with events (no host wait; work queued after the run
+ *   on its stream, and CUDA graph capture of the run, see both parts), so that decode CTAs use
+ *   the SMs a short prefill leaves idle; each part reads its own share of page_indices (the
+ *   batch's CSR array as one: nothing changes for the caller). Runs of one mixed plan from
+ *   several threads are serialized around the fork and join (a mutex). A batch whose decode
  *   sequences would not fit the decode kernel's 16-row tiles (queries x query heads per KV head
- *   > 16, or several queries of a non-causal plan) is planned as one plan, as before.
+ *   > 16, or several queries of a non-causal plan), or one of whose parts could not be planned
+ *   alone, is planned as one plan, as before.
  *   fas_plan_info of a mixed plan: decode_sequences, prefill_family, the prefill part's
  *   kernel_head_dim, query_tile_rows, query_tiles and ctas_per_sm, the decode part's packed_gqa,
  *   the larger kv_splits, and num_ctas, total_pages and device_bytes summed. The parts' rules
