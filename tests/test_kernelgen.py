@@ -51,8 +51,8 @@ def test_registry_lists_exactly_the_entry_kernels(repo):
     assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_FP16, 192, false)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_BF16, 128, true, 16)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_FP16, 256, false, 64)" in lines
+    assert "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16)" in lines
+    assert "FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 256, false, 64)" in lines
     assert "FAS_SM90_PAGED(FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PACKED(FAS_DTYPE_BF16, 96, false)" in lines
 

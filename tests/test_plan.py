@@ -59,7 +59,7 @@ def test_symbols_are_the_demangled_instantiations(repo):
         "flash::run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>"
     assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 1, 128, true>"
     assert symbols["sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90"] == "fas_sm90::launch_ragged<2, 0, 256, false>"
-    assert symbols["paged_prefill_hdim64_fp16_sm90"] == "fas_paged::launch_paged<0, 64, false, 64>"
+    assert symbols["paged_prefill_hdim64_fp16_sm90"] == "fas_paged::launch_paged<0, 0, 64, false, 64>"
     assert symbols["sm90_paged_prefill_hdim256_bf16_causal_sm90"] == "fas_sm90::launch_paged_ragged<1, 256, true>"
 
 

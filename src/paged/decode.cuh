@@ -384,8 +384,9 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
 
 }  // namespace decode
 
-template <int Dtype, int HeadDim, bool Causal, bool Long>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, bool Long>
 struct DecodeTraits {
+    static_assert(KvDtype == Dtype, "caches hold q's type");
     using T = typename Element<Dtype>::type;
     using Shape = decode::Shape<HeadDim, Long>;
     static constexpr auto kernel = decode::kernel<T, HeadDim, Causal, Long>;
@@ -403,25 +404,25 @@ struct DecodeTraits {
 };
 
 // Called at plan creation on the plan's device (opts the shape into its shared memory there).
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_decode(bool long_shape, int* ctas_per_sm) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
-    if (!long_shape) return DecodeTraits<Dtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
+    if (!long_shape) return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
     if constexpr (has_long_decode(HeadDim, TileQ)) {
-        return DecodeTraits<Dtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
+        return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
     }
     *ctas_per_sm = 0;
     return cudaSuccess;
 }
 
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     cudaError_t error = cudaErrorInvalidValue;  // a long-shape plan for a head dim without one
     if (!a.long_shape) {
-        error = DecodeTraits<Dtype, HeadDim, Causal, false>::launch(a, stream);
+        error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::launch(a, stream);
     } else if constexpr (has_long_decode(HeadDim, TileQ)) {
-        error = DecodeTraits<Dtype, HeadDim, Causal, true>::launch(a, stream);
+        error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::launch(a, stream);
     }
     if (error != cudaSuccess || !a.split) return error;
     return launch_merge<float, typename Element<Dtype>::type, HeadDim>(a, stream);
