@@ -302,13 +302,16 @@ SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
 # (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
-PAGED_TILE_Q = {"paged_decode": 16, "paged_prefill": 64}
+# The e4m3-KV decode kernel serves every query length (several 16-row tiles per sequence).
+PAGED_TILE_Q = {"paged_decode": 16, "paged_decode_e4m3kv": 16, "paged_prefill": 64}
 # Paged families whose KV caches hold another type than q and out (the rest: q's type).
-PAGED_KV_DTYPE: dict[str, str] = {}
+PAGED_KV_DTYPE = {"paged_decode_e4m3kv": "e4m3"}
 # Per paged family: the header its TUs include, its launch and occupancy templates, and what it is.
 PAGED_KERNELS = {
     "paged_decode": ("paged/decode.cuh", "run_decode", "occupancy_decode",
                      "The project's decode kernel over a paged KV cache"),
+    "paged_decode_e4m3kv": ("paged/decode.cuh", "run_decode", "occupancy_decode",
+                            "The project's decode kernel over a paged FP8 KV cache (per-KV-head descales)"),
     "paged_prefill": ("paged/launch.cuh", "run", "occupancy", "FlashInfer batch attention over a paged KV cache"),
 }
 
@@ -360,6 +363,12 @@ FAMILIES = {
         ),
         Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
             name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",
+            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_paged, symbol=_paged_symbol,
+            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
+        ),
+        Family(  # paged_decode over e4m3 K/V caches; dtypes are q's and out's (16-row tiles, any query length)
+            name="paged_decode_e4m3kv", upstream=FLASHINFER_SM90, api_path="paged",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_paged, symbol=_paged_symbol,
             registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
