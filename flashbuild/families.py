@@ -242,18 +242,26 @@ def _sm90_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.input_dtype].api, DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
 
+def _paged_kv_dtype(tu) -> str:
+    """The family's KV cache element type: fixed (e4m3) or q's."""
+    return PAGED_KV_DTYPE.get(tu.family, tu.dtype)
+
+
 def _paged_template_args(tu) -> str:
-    """<Dtype, HeadDim, Causal, TileQ> of fas_paged::launch_paged (fas_dtype value; TileQ: the family's
-    query tile rows)."""
-    return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}, {PAGED_TILE_Q[tu.family]}"
+    """<Dtype, KvDtype, HeadDim, Causal, TileQ> of fas_paged::launch_paged (fas_dtype values; TileQ: the
+    family's query tile rows)."""
+    return (f"{DTYPES[tu.dtype].value}, {DTYPES[_paged_kv_dtype(tu)].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}, "
+            f"{PAGED_TILE_Q[tu.family]}")
 
 
 def render_paged(tu) -> str:
     args = _paged_template_args(tu)
     header, run, occupancy, what = PAGED_KERNELS[tu.family]
+    kv = _paged_kv_dtype(tu)
+    dtypes = tu.dtype if kv == tu.dtype else f"{tu.dtype} q and out, {kv} KV"
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
-        f"// {what}: {tu.dtype}, head dim {tu.head_dim}, "
+        f"// {what}: {dtypes}, head dim {tu.head_dim}, "
         f"{_causal_word(tu)}, {PAGED_TILE_Q[tu.family]}-row query tiles. Exactly one kernel (and its merge).",
         f'#include "{header}"',
         "",
@@ -279,7 +287,8 @@ def _paged_symbol(tu) -> str:
 
 
 def _paged_args(tu) -> tuple[str, ...]:
-    return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal), str(PAGED_TILE_Q[tu.family]))
+    return (DTYPES[tu.dtype].api, DTYPES[_paged_kv_dtype(tu)].api, str(tu.head_dim), _cpp_bool(tu.causal),
+            str(PAGED_TILE_Q[tu.family]))
 
 
 OUTPUT_DTYPES = ("fp16", "bf16")
@@ -290,14 +299,19 @@ SM90_FP8_HEAD_DIMS = (64, 128, 192, 256)  # FP8 also 192 (its V transpose works 
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
-PAGED_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal", "TileQ")
+PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
 # (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
-PAGED_TILE_Q = {"paged_decode": 16, "paged_prefill": 64}
+# The e4m3-KV decode kernel serves every query length (several 16-row tiles per sequence).
+PAGED_TILE_Q = {"paged_decode": 16, "paged_decode_e4m3kv": 16, "paged_prefill": 64}
+# Paged families whose KV caches hold another type than q and out (the rest: q's type).
+PAGED_KV_DTYPE = {"paged_decode_e4m3kv": "e4m3"}
 # Per paged family: the header its TUs include, its launch and occupancy templates, and what it is.
 PAGED_KERNELS = {
     "paged_decode": ("paged/decode.cuh", "run_decode", "occupancy_decode",
                      "The project's decode kernel over a paged KV cache"),
+    "paged_decode_e4m3kv": ("paged/decode.cuh", "run_decode", "occupancy_decode",
+                            "The project's decode kernel over a paged FP8 KV cache (per-KV-head descales)"),
     "paged_prefill": ("paged/launch.cuh", "run", "occupancy", "FlashInfer batch attention over a paged KV cache"),
 }
 
@@ -349,6 +363,12 @@ FAMILIES = {
         ),
         Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
             name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",
+            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_paged, symbol=_paged_symbol,
+            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
+        ),
+        Family(  # paged_decode over e4m3 K/V caches; dtypes are q's and out's (16-row tiles, any query length)
+            name="paged_decode_e4m3kv", upstream=FLASHINFER_SM90, api_path="paged",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_paged, symbol=_paged_symbol,
             registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,

@@ -5,13 +5,13 @@
 namespace fas_paged {
 
 template <>
-cudaError_t launch_paged<1, 64, true, 16>(const LaunchArgs& args, cudaStream_t stream) {
-    return run_decode<1, 64, true, 16>(args, stream);
+cudaError_t launch_paged<1, 1, 64, true, 16>(const LaunchArgs& args, cudaStream_t stream) {
+    return run_decode<1, 1, 64, true, 16>(args, stream);
 }
 
 template <>
-cudaError_t occupancy_paged<1, 64, true, 16>(bool long_shape, int* ctas_per_sm) {
-    return occupancy_decode<1, 64, true, 16>(long_shape, ctas_per_sm);
+cudaError_t occupancy_paged<1, 1, 64, true, 16>(bool long_shape, int* ctas_per_sm) {
+    return occupancy_decode<1, 1, 64, true, 16>(long_shape, ctas_per_sm);
 }
 
 }  // namespace fas_paged

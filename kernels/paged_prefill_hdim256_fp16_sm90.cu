@@ -5,13 +5,13 @@
 namespace fas_paged {
 
 template <>
-cudaError_t launch_paged<0, 256, false, 64>(const LaunchArgs& args, cudaStream_t stream) {
-    return run<0, 256, false, 64>(args, stream);
+cudaError_t launch_paged<0, 0, 256, false, 64>(const LaunchArgs& args, cudaStream_t stream) {
+    return run<0, 0, 256, false, 64>(args, stream);
 }
 
 template <>
-cudaError_t occupancy_paged<0, 256, false, 64>(bool long_shape, int* ctas_per_sm) {
-    return occupancy<0, 256, false, 64>(long_shape, ctas_per_sm);
+cudaError_t occupancy_paged<0, 0, 256, false, 64>(bool long_shape, int* ctas_per_sm) {
+    return occupancy<0, 0, 256, false, 64>(long_shape, ctas_per_sm);
 }
 
 }  // namespace fas_paged

@@ -45,14 +45,15 @@ def test_registry_lists_exactly_the_entry_kernels(repo):
     plan = make_plan(load_config(repo / "matrix.yaml").matrix("full"), repo)
     lines = [l for l in registry_text(plan.entries[0].kernels).splitlines() if l.startswith("FAS_")]
     # 48 FA2 + 54 SM90 (20 fp16/bf16, 8 softcap, 16 FP8, 10 packed: non-causal only) + 6 SM90 paged
-        # (causal only) + 6 paged decode (causal only) + 12 paged prefill
-    assert len(lines) == len(plan.entries[0].kernels) == 126
+    # (causal only) + 6 paged decode and 6 over e4m3 caches (causal only) + 12 paged prefill
+    assert len(lines) == len(plan.entries[0].kernels) == 132
     assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_FP16, 192, false)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_BF16, 128, true, 16)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_FP16, 256, false, 64)" in lines
+    assert "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16)" in lines
+    assert "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_E4M3, 128, true, 16)" in lines
+    assert "FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 256, false, 64)" in lines
     assert "FAS_SM90_PAGED(FAS_DTYPE_BF16, 128, true)" in lines
     assert "FAS_SM90_PACKED(FAS_DTYPE_BF16, 96, false)" in lines
 

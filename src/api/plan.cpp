@@ -156,7 +156,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                       out_width, " elements per row): pass 0");
     }
     std::string why;
-    *kernel = fas_paged::choose_kernel(layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+    *kernel = fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                        layout.num_heads_q / layout.num_heads_k, &why);
     if (*kernel == nullptr) return why;
     if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
@@ -376,7 +376,7 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (plan->mixed != nullptr) return run_mixed_plan(*plan->mixed, args);
     if (plan->paged != nullptr) {
         return fas_paged::run_plan(*plan->paged, args.q, args.k, args.v, args.out, args.softmax_lse, args.page_indices,
-                                   args.stream);
+                                   args.k_descale, args.v_descale, args.stream);
     }
     if (plan->sm90 != nullptr) {
         const fas_sm90::RunTensors tensors{args.q,         args.k,         args.v,         args.out,        args.softmax_lse,

@@ -128,7 +128,7 @@ fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int ma
     }
     std::string why;
     const fas_paged::Kernel* kernel =
-        fas_paged::choose_kernel(dtype, head_dim, causal != 0, max_query_len, group, &why);
+        fas_paged::choose_kernel(dtype, dtype, head_dim, causal != 0, max_query_len, group, &why);
     if (kernel == nullptr) return fail(FAS_ERROR_NOT_BUILT, why);
     if (query_tile_rows != nullptr) *query_tile_rows = kernel->tile_q;
     return FAS_SUCCESS;

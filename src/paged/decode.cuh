@@ -12,6 +12,8 @@
 // keys per warp at two CTAs per SM, and long, 32 keys per warp (two independent 16-key blocks
 // until the softmax) at one CTA per SM, for long chunks. Variants measured and dropped (TMA bulk
 // copies, a merge inside the kernel, L2 prefetch hints, 3 CTAs per SM): docs/design/decode-plan.md.
+// FP8 e4m3 caches (KV = __nv_fp8_e4m3): the same kernel with stages of half the bytes, whose
+// fragments are widened in registers (fp8_kv.cuh); the 16-bit code paths are unchanged.
 #ifndef FAS_PAGED_DECODE_CUH
 #define FAS_PAGED_DECODE_CUH
 
@@ -25,31 +27,37 @@
 #include <flashinfer/math.cuh>
 #include <flashinfer/mma.cuh>
 
+#include "paged/fp8_kv.cuh"
 #include "paged/merge.cuh"
 
 namespace fas_paged {
 namespace decode {
 
-template <int HeadDim, bool Long>
+// KvBytes: bytes per cache element (2, or 1 for e4m3).
+template <int HeadDim, bool Long, int KvBytes = 2>
 struct Shape {
     static constexpr int kWarps = HeadDim == 256 ? 2 : 4;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kWarpKeys = Long ? 32 : 16;  // each warp's keys of a stage, in blocks of 16
     static constexpr int kBlocks = kWarpKeys / 16;
     static constexpr int kKeys = kWarpKeys * kWarps;  // keys per stage
-    static constexpr int kRowBytes = HeadDim * 2;
-    static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks per row
+    static constexpr int kRowBytes = HeadDim * KvBytes;  // of a cache row
+    static constexpr int kChunks = kRowBytes / 16;      // 16-byte chunks per cache row
     static constexpr int kTileBytes = kKeys * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
-    static constexpr int kQBytes = 16 * kRowBytes;
-    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes).
+    static constexpr int kQBytes = 16 * HeadDim * 2;    // q is 16-bit
+    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes); e4m3
+    // stages cost half, so the same budget holds more of them.
     static constexpr int kCtasPerSm = Long ? 1 : 2;
     static constexpr int kBudget = Long ? 200 * 1024 : 96 * 1024;
     static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
-    static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes;
+    // 8 e4m3 stages leave part of the budget unused at head dim 64; it is requested all the same,
+    // so that the CTAs per SM stay the measured shapes' (not 3).
+    static constexpr int kRingBytes = KvBytes == 1 && kBudget / kStageBytes > 8 ? kBudget : kStages * kStageBytes;
+    static constexpr int kSmemBytes = kQBytes + kRingBytes;
     static constexpr int kRowsPerPass = kThreads / kChunks;
     static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
-    static_assert(kChunks >= 8, "the swizzle needs at least 8 chunks per row");
+    static_assert(kChunks >= (KvBytes == 2 ? 8 : 4), "the swizzles need 8 chunks per row (e4m3: 4)");
     static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
     static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long), "the planner's chunks are whole stages");
     // The epilogue reuses the stages for every warp's (m, l, O).
@@ -85,11 +93,19 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const T* src, bool valid) {
         reinterpret_cast<T*>(dst), src, valid);
 }
 
-template <typename T, int HeadDim, bool Causal, bool Long>
-__global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim, Long>::kCtasPerSm)
+// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3).
+template <typename T, typename KV, int HeadDim, bool Causal, bool Long>
+__global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
+                                  Shape<HeadDim, Long, sizeof(KV)>::kCtasPerSm)
     kernel(const __grid_constant__ LaunchArgs a) {
-    using S = Shape<HeadDim, Long>;
-    constexpr int kDimBlocks = HeadDim / 8;  // n8 blocks of the output
+    using S = Shape<HeadDim, Long, static_cast<int>(sizeof(KV))>;
+    constexpr bool kFp8 = sizeof(KV) == 1;
+    // Where a stage holds chunk `chunk` of cache row `row`.
+    const auto stage_offset = [](int row, int chunk) {
+        if constexpr (kFp8) return fp8::swizzle<HeadDim>(row, chunk);
+        else return swizzle<HeadDim>(row, chunk);
+    };
+    constexpr int kDimBlocks = HeadDim / 8;  // n8 blocks of the output (e4m3: even dims, odd dims per 16)
     constexpr float kLog2e = 1.4426950408889634f;
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -122,23 +138,39 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
     // Q tile -> shared (its own cp.async group); rows past the tile's queries read as zeros.
-    constexpr int kChunks = S::kChunks;
+    // E4M3: through registers instead, permuted (fp8::QStaging); its cp.async group stays empty.
+    constexpr int kQChunks = HeadDim / 8;  // 16-byte chunks of a q or out row
     const T* q = static_cast<const T*>(a.q);
-    for (int i = tid; i < 16 * kChunks; i += S::kThreads) {
-        const int row = i / kChunks, column = i % kChunks;
-        const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
-        const bool valid = token < qo_len;
-        const T* src = q + static_cast<int64_t>(q_begin + (valid ? token : 0)) * a.q_row_stride + head * HeadDim +
-                       column * 8;
-        copy16(q_smem + swizzle<HeadDim>(row, column), src, valid);
+    fp8::QStaging<HeadDim, S::kThreads, kFp8> q_staging;
+    if constexpr (kFp8) {
+        q_staging.load(tid, [&](int row, bool* valid) {
+            const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
+            *valid = token < qo_len;
+            return q + static_cast<int64_t>(q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
+        });
+    } else {
+        for (int i = tid; i < 16 * kQChunks; i += S::kThreads) {
+            const int row = i / kQChunks, column = i % kQChunks;
+            const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
+            const bool valid = token < qo_len;
+            const T* src = q + static_cast<int64_t>(q_begin + (valid ? token : 0)) * a.q_row_stride +
+                           head * HeadDim + column * 8;
+            copy16(q_smem + swizzle<HeadDim>(row, column), src, valid);
+        }
     }
     cp_async::commit_group();
+    float k_scale = 1.f, v_scale = 1.f;  // e4m3 descales (16-bit caches: 1)
+    if constexpr (kFp8) {
+        if (a.k_descale != nullptr) k_scale = a.k_descale[kv_head];
+        if (a.v_descale != nullptr) v_scale = a.v_descale[kv_head];
+    }
 
     // Each thread loads one 16-byte column of kPasses rows per stage, for K and for V; rows past
     // the chunk's end read as zeros.
-    const int column = tid % kChunks, first_row = tid / kChunks;
-    const T* k_base = static_cast<const T*>(a.k_cache) + kv_head * HeadDim + column * 8;
-    const T* v_base = static_cast<const T*>(a.v_cache) + kv_head * HeadDim + column * 8;
+    const int column = tid % S::kChunks, first_row = tid / S::kChunks;
+    constexpr int kChunkElements = 16 / static_cast<int>(sizeof(KV));
+    const KV* k_base = static_cast<const KV*>(a.k_cache) + kv_head * HeadDim + column * kChunkElements;
+    const KV* v_base = static_cast<const KV*>(a.v_cache) + kv_head * HeadDim + column * kChunkElements;
     const int32_t* page_ids = a.page_indices + page_begin;
     int page_of_row[S::kPasses];
     const auto fetch_pages = [&](int stage) {
@@ -159,9 +191,9 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
                 const bool valid = key < kv_end;
                 const int64_t page = page_of_row[p];
                 const int in_page = !valid ? 0 : page_shift >= 0 ? key & (page_size - 1) : key % page_size;
-                copy16(k_tile + swizzle<HeadDim>(row, column), k_base + page * a.k_page_stride + in_page * a.k_row_stride,
+                copy16(k_tile + stage_offset(row, column), k_base + page * a.k_page_stride + in_page * a.k_row_stride,
                        valid);
-                copy16(v_tile + swizzle<HeadDim>(row, column), v_base + page * a.v_page_stride + in_page * a.v_row_stride,
+                copy16(v_tile + stage_offset(row, column), v_base + page * a.v_page_stride + in_page * a.v_row_stride,
                        valid);
             }
             fetch_pages(stage + 1);
@@ -172,6 +204,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
     fetch_pages(0);
 #pragma unroll
     for (int stage = 0; stage < S::kStages - 1; ++stage) issue(stage);
+    if constexpr (kFp8) q_staging.store(q_smem, tid, [](int row, int chunk) { return swizzle<HeadDim>(row, chunk); });
 
     // Q fragments (A operand, 16 rows x HeadDim) stay in registers up to head dim 128; at 256
     // they would crowd out the output accumulators, so those re-read them from shared memory.
@@ -190,9 +223,10 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
     // Rows this thread holds: g and g + 8 of the tile (mma accumulator layout).
     const int g = lane / 4, t = lane % 4;
     // A softcap turns a score s into cap * tanh(s * scale / cap): tanh here, cap in the exp2 scale.
+    // k_scale multiplies every raw q.k, so it joins the factor applied to those.
     const bool capped = a.softcap > 0.f;
-    const float pre_tanh = capped ? a.softmax_scale / a.softcap : 0.f;
-    const float scale_log2 = (capped ? a.softcap : a.softmax_scale) * kLog2e;
+    const float pre_tanh = capped ? a.softmax_scale / a.softcap * k_scale : 0.f;
+    const float scale_log2 = (capped ? a.softcap : a.softmax_scale * k_scale) * kLog2e;
     // The keys each row may see: up to last_key (bottom-right causal, else kv_end - 1), from
     // first_key on (a left window, else 0). tile_*: the bounds every row of the tile obeys.
     const bool window = a.window_left >= 0;
@@ -221,17 +255,28 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
         const int key0 = warp * S::kWarpKeys;  // this warp's keys within the stage
 
         float s[S::kBlocks][2][4] = {};  // [16-key block][keys 0-7, 8-15][mma accumulator]
+        if constexpr (kFp8) {
+            fp8::scores<T, HeadDim>(s, k_tile, key0, lane, [&](int step, uint32_t(&frag)[4]) {
+                if constexpr (kQInRegisters) {
 #pragma unroll
-        for (int step = 0; step < HeadDim / 16; ++step) {
-            uint32_t(&q_step)[4] = q_frag[kQInRegisters ? step : 0];
-            if constexpr (!kQInRegisters) mma::ldmatrix_m8n8x4(q_step, q_address(step));
+                    for (int e = 0; e < 4; ++e) frag[e] = q_frag[step][e];
+                } else {
+                    mma::ldmatrix_m8n8x4(frag, q_address(step));
+                }
+            });
+        } else {
 #pragma unroll
-            for (int b = 0; b < S::kBlocks; ++b) {
-                uint32_t k_frag[4];
-                const int m8 = lane / 8;
-                mma::ldmatrix_m8n8x4(k_frag, reinterpret_cast<T*>(k_tile + swizzle<HeadDim>(
-                                                 key0 + b * 16 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2)));
-                mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_step, k_frag);  // keys 0-7 and 8-15
+            for (int step = 0; step < HeadDim / 16; ++step) {
+                uint32_t(&q_step)[4] = q_frag[kQInRegisters ? step : 0];
+                if constexpr (!kQInRegisters) mma::ldmatrix_m8n8x4(q_step, q_address(step));
+#pragma unroll
+                for (int b = 0; b < S::kBlocks; ++b) {
+                    uint32_t k_frag[4];
+                    const int m8 = lane / 8;
+                    mma::ldmatrix_m8n8x4(k_frag, reinterpret_cast<T*>(k_tile + swizzle<HeadDim>(
+                                                     key0 + b * 16 + (m8 / 2) * 8 + lane % 8, 2 * step + m8 % 2)));
+                    mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_step, k_frag);  // keys 0-7 and 8-15
+                }
             }
         }
         if (capped) {
@@ -298,13 +343,18 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
         for (int b = 0; b < S::kBlocks; ++b) {
             uint32_t p_frag[4] = {pack<T>(s[b][0][0], s[b][0][1]), pack<T>(s[b][0][2], s[b][0][3]),
                                   pack<T>(s[b][1][0], s[b][1][1]), pack<T>(s[b][1][2], s[b][1][3])};
+            if constexpr (kFp8) {
+                fp8::accumulate<T, HeadDim>(o, p_frag, v_tile, key0 + b * 16, lane);
+            } else {
 #pragma unroll
-            for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
-                uint32_t v_frag[4];
-                const int m8 = lane / 8;
-                mma::ldmatrix_m8n8x4_trans(v_frag, reinterpret_cast<T*>(v_tile + swizzle<HeadDim>(
-                                                       key0 + b * 16 + (m8 % 2) * 8 + lane % 8, 2 * pair + m8 / 2)));
-                mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * pair][0], p_frag, v_frag);  // dims of 2 blocks
+                for (int pair = 0; pair < kDimBlocks / 2; ++pair) {
+                    uint32_t v_frag[4];
+                    const int m8 = lane / 8;
+                    mma::ldmatrix_m8n8x4_trans(v_frag, reinterpret_cast<T*>(v_tile + swizzle<HeadDim>(
+                                                           key0 + b * 16 + (m8 % 2) * 8 + lane % 8,
+                                                           2 * pair + m8 / 2)));
+                    mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * pair][0], p_frag, v_frag);  // 2 dim blocks
+                }
             }
         }
     }
@@ -329,20 +379,24 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
             state[(warp * 16 + g + 8 * j) * 2 + 1] = l[j];
         }
     }
+    if constexpr (kFp8) {
+        fp8::store_partial<HeadDim>(partial + (warp * 16 + g) * HeadDim, o, t);
+    } else {
 #pragma unroll
-    for (int d = 0; d < kDimBlocks; ++d) {
+        for (int d = 0; d < kDimBlocks; ++d) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            float2* at = reinterpret_cast<float2*>(partial + (warp * 16 + g + 8 * j) * HeadDim + d * 8 + 2 * t);
-            *at = make_float2(o[d][2 * j], o[d][2 * j + 1]);
+            for (int j = 0; j < 2; ++j) {
+                float2* at = reinterpret_cast<float2*>(partial + (warp * 16 + g + 8 * j) * HeadDim + d * 8 + 2 * t);
+                *at = make_float2(o[d][2 * j], o[d][2 * j + 1]);
+            }
         }
     }
     __syncthreads();
 
     const int num_chunks = a.split ? (max(span, 1) + chunk - 1) / chunk : 1;
     float* lse = a.split ? a.tmp_s : a.lse;
-    for (int i = tid; i < 16 * kChunks; i += S::kThreads) {
-        const int row = i / kChunks, chunk8 = i % kChunks;
+    for (int i = tid; i < 16 * kQChunks; i += S::kThreads) {
+        const int row = i / kQChunks, chunk8 = i % kQChunks;
         const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
         if (token >= qo_len) continue;
         float top = -INFINITY;
@@ -359,7 +413,8 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
             acc[0] += weight * lo.x, acc[1] += weight * lo.y, acc[2] += weight * lo.z, acc[3] += weight * lo.w;
             acc[4] += weight * hi.x, acc[5] += weight * hi.y, acc[6] += weight * hi.z, acc[7] += weight * hi.w;
         }
-        const float inverse = sum > 0.f ? 1.f / sum : 0.f;  // a row without keys writes zeros
+        float inverse = sum > 0.f ? 1.f / sum : 0.f;  // a row without keys writes zeros
+        if constexpr (kFp8) inverse *= v_scale;         // split partials too: the merge is linear in V
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] *= inverse;
         const int64_t out_row = a.o_indptr[request] + (a.split ? token * num_chunks + kv_tile : token);
@@ -384,11 +439,13 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long>::kThreads, Shape<HeadDim,
 
 }  // namespace decode
 
-template <int Dtype, int HeadDim, bool Causal, bool Long>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, bool Long>
 struct DecodeTraits {
+    static_assert(KvDtype == Dtype || KvDtype == FAS_DTYPE_E4M3, "caches hold q's type or e4m3");
     using T = typename Element<Dtype>::type;
-    using Shape = decode::Shape<HeadDim, Long>;
-    static constexpr auto kernel = decode::kernel<T, HeadDim, Causal, Long>;
+    using KV = typename Element<KvDtype>::type;
+    using Shape = decode::Shape<HeadDim, Long, static_cast<int>(sizeof(KV))>;
+    static constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, Long>;
 
     static cudaError_t occupancy(int* ctas_per_sm) {
         const cudaError_t error =
@@ -403,25 +460,25 @@ struct DecodeTraits {
 };
 
 // Called at plan creation on the plan's device (opts the shape into its shared memory there).
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_decode(bool long_shape, int* ctas_per_sm) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
-    if (!long_shape) return DecodeTraits<Dtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
+    if (!long_shape) return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
     if constexpr (has_long_decode(HeadDim, TileQ)) {
-        return DecodeTraits<Dtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
+        return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
     }
     *ctas_per_sm = 0;
     return cudaSuccess;
 }
 
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     cudaError_t error = cudaErrorInvalidValue;  // a long-shape plan for a head dim without one
     if (!a.long_shape) {
-        error = DecodeTraits<Dtype, HeadDim, Causal, false>::launch(a, stream);
+        error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::launch(a, stream);
     } else if constexpr (has_long_decode(HeadDim, TileQ)) {
-        error = DecodeTraits<Dtype, HeadDim, Causal, true>::launch(a, stream);
+        error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::launch(a, stream);
     }
     if (error != cudaSuccess || !a.split) return error;
     return launch_merge<float, typename Element<Dtype>::type, HeadDim>(a, stream);

@@ -18,8 +18,9 @@
 
 namespace fas_paged {
 
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 struct PagedTraits {
+    static_assert(KvDtype == Dtype, "the 64-row kernel reads caches of q's type (e4m3 caches: decode.cuh)");
     using T = typename Element<Dtype>::type;
     using Params = flashinfer::BatchPrefillPagedParams<T, T, T, int32_t>;
     using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
@@ -43,9 +44,9 @@ struct PagedTraits {
 // Called by every plan creation on the plan's device, before any of its runs: it also opts the
 // kernel into its dynamic shared memory there (a per-device function attribute), so that runs
 // need not.
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy(bool long_shape, int* ctas_per_sm) {
-    using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
+    using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ>;
     if (long_shape) {  // only the decode kernel has one
         *ctas_per_sm = 0;
         return cudaSuccess;
@@ -57,9 +58,9 @@ cudaError_t occupancy(bool long_shape, int* ctas_per_sm) {
                                                          Traits::kSmemBytes);
 }
 
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
-    using Traits = PagedTraits<Dtype, HeadDim, Causal, TileQ>;
+    using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ>;
     using T = typename Traits::T;
     using Params = typename Traits::Params;
     // FlashInfer's structs take mutable pointers; the kernel only reads these.

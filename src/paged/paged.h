@@ -3,7 +3,9 @@
 // KVs across CTAs, merged after. 16-row tiles (decode: 1-8 query tokens per sequence) run the
 // project's own kernel (decode.cuh); 64-row tiles (longer queries, prefill over cached pages)
 // FlashInfer's FA2-class tensor-core batch prefill (launch.cuh). Kernel TUs
-// (kernels/paged_*.cu) define launch_paged / occupancy_paged from those templates.
+// (kernels/paged_*.cu) define launch_paged / occupancy_paged from those templates. KV caches
+// hold q's type, or FP8 e4m3 with per-KV-head descales (the decode kernel only, at any query
+// length: fp8_kv.cuh).
 #ifndef FAS_PAGED_PAGED_H
 #define FAS_PAGED_PAGED_H
 
@@ -54,6 +56,10 @@ struct LaunchArgs {
     // (-1: none; the plan's KV chunks start at window_start) and the logits softcap (0: off).
     int window_left;
     float softcap;
+    // FP8 (e4m3) caches: real K = stored * k_descale[kv_head], V likewise; [num_heads_k] floats
+    // on the device, NULL meaning 1. 16-bit caches ignore them.
+    const float* k_descale;
+    const float* v_descale;
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
@@ -62,11 +68,11 @@ using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
 // which is why plan creation calls it before any of the plan's runs.
 using OccupancyFn = cudaError_t (*)(bool long_shape, int* ctas_per_sm);
 
-// Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype is a
-// fas_dtype value.
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+// Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype (q and
+// out) and KvDtype (the caches: Dtype, or FAS_DTYPE_E4M3) are fas_dtype values.
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
-template <int Dtype, int HeadDim, bool Causal, int TileQ>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_paged(bool long_shape, int* ctas_per_sm);
 
 // The decode kernel (16-row tiles) has two shapes, chosen per plan. Short: two CTAs per SM, each
@@ -79,7 +85,8 @@ constexpr bool has_long_decode(int head_dim, int tile_q) { return tile_q == 16 &
 constexpr int kLongDecodeMinKeys = 2048;
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
-// 16-row tiles, launch.cuh's KV tile for 64-row ones.
+// 16-row tiles (the same for e4m3 caches: their stages hold as many keys in half the bytes),
+// launch.cuh's KV tile for 64-row ones.
 constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false) {
     return tile_q == 16 ? (long_shape ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
 }
@@ -96,7 +103,8 @@ constexpr int window_start(int kv_len, int qo_len, int window_left) {
 constexpr int partial_element_bytes(int tile_q) { return tile_q == 16 ? 4 : 2; }
 
 struct Kernel {
-    fas_dtype dtype;
+    fas_dtype dtype;     // q and out
+    fas_dtype kv_dtype;  // the caches: dtype, or FAS_DTYPE_E4M3
     int head_dim;
     bool causal;
     int tile_q;  // query tile rows: 16 (decode) or 64
@@ -109,11 +117,12 @@ const Kernel& kernel(int index);
 
 // The kernel for a layout: the 16-row tile when max_query_len * group fits it (causal kernels
 // serve non-causal single-query plans too: one query sees every key either way), else 64 rows.
-// NULL with *why set when none is built.
-const Kernel* choose_kernel(fas_dtype dtype, int head_dim, bool causal, int max_query_len, int group,
-                            std::string* why);
-// Whether any kernel of this build serves (dtype, head_dim, causal) in some layout.
-bool has_kernel(fas_dtype dtype, int head_dim, bool causal);
+// E4M3 caches: the 16-row e4m3 kernel at any query length (several 16-row tiles per sequence;
+// there is no 64-row one). NULL with *why set when none is built.
+const Kernel* choose_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal, int max_query_len,
+                            int group, std::string* why);
+// Whether any kernel of this build serves (dtype, kv_dtype, head_dim, causal) in some layout.
+bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal);
 
 // What a plan is made from: host lengths and the KV addressing.
 struct PlanRequest {
@@ -148,8 +157,10 @@ int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size);
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out);
+// k_descale, v_descale: device [num_heads_k] or NULL (e4m3 caches; 16-bit ones ignore them).
 fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const int32_t* page_indices, cudaStream_t stream);
+                    const int32_t* page_indices, const float* k_descale, const float* v_descale,
+                    cudaStream_t stream);
 fas_status retire_plan(Plan* plan, cudaStream_t stream);
 
 }  // namespace fas_paged

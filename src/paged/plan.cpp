@@ -244,7 +244,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 }
 
 fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const int32_t* page_indices, cudaStream_t stream) {
+                    const int32_t* page_indices, const float* k_descale, const float* v_descale,
+                    cudaStream_t stream) {
     LaunchArgs a = plan.args;
     if (!plan.contiguous_kv) {
         if (const fas_status status = fas::check_page_indices(page_indices, plan.total_pages); status != FAS_SUCCESS) {
@@ -257,6 +258,8 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
     a.v_cache = v;
     a.out = out;
     a.lse = softmax_lse;
+    a.k_descale = k_descale;
+    a.v_descale = v_descale;
     cudaError_t error = fas::device_block_prepare_run(plan.block, stream);
     if (error != cudaSuccess) return fail_cuda(error, "waiting for the paged schedule upload (cudaStreamWaitEvent)");
     error = plan.kernel->launch(a, stream);

@@ -1,0 +1,191 @@
+// FP8 e4m3 K and V caches in the decode kernel (decode.cuh): q and out stay fp16/bf16. The
+// stages hold the cache's bytes as they are (half the bytes of a 16-bit stage per key), and the
+// mma fragments are read straight from them and widened in registers: no 16-bit copy of the
+// stage, no extra barrier or shared memory.
+//
+// ldmatrix reads e4m3 rows as pairs of bytes (b16). Without .trans, lane (g, t) of an 8-key x
+// 16-dim matrix gets key g's dims 4t..4t+3; the m16n8k16 B operand wants k = 2t, 2t+1 in its
+// first register and 2t+8, 2t+9 in its second. So within every 16 dims, the e4m3 kernel's Q tile
+// in shared memory holds the dims in the order the K fragments arrive: k = 2t+i holds dim 4t+i,
+// k = 2t+8+i dim 4t+2+i (QStaging). A dot product does not care about the order of its terms.
+// With .trans, lane (g, t) gets dims 2g and 2g+1 of keys 2t and 2t+1: one byte permute splits
+// them into the B operands of two n8 output blocks, one holding the chunk's even dims and one its
+// odd dims; the epilogue puts them back in order (store_partial).
+#ifndef FAS_PAGED_FP8_KV_CUH
+#define FAS_PAGED_FP8_KV_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include <flashinfer/mma.cuh>
+
+#include "paged/merge.cuh"
+
+namespace fas_paged {
+
+template <>
+struct Element<FAS_DTYPE_E4M3> {
+    using type = __nv_fp8_e4m3;
+};
+
+namespace decode {
+namespace fp8 {
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a stage tile of e4m3 rows (HeadDim
+// bytes). The 8 rows one ldmatrix phase reads hit 8 distinct 16-byte bank groups: chunks XOR the
+// row's low 3 bits, or at head dim 64 (4 chunks, two rows per 128 bytes) bits 1-2.
+template <int HeadDim>
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+    const int mixed = HeadDim >= 128 ? chunk ^ (row & 7) : chunk ^ ((row >> 1) & 3);
+    return static_cast<uint32_t>(row * HeadDim + (mixed << 4));
+}
+
+// Two e4m3 values (the low 16 bits of x) as a T pair, exactly: every e4m3 value is an fp16 and a
+// bf16 value.
+template <typename T>
+__device__ __forceinline__ uint32_t widen(uint32_t x) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+    if constexpr (std::is_same_v<T, half>) {
+        return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+        const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+        return *reinterpret_cast<const uint32_t*>(&b);
+    }
+}
+
+// The B operands of keys key..key+15 for QK^T steps `step` and step + 1 (32 dims, in
+// QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high].
+template <typename T, int HeadDim>
+__device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int step, int lane, uint32_t (&b)[2][4]) {
+    const int m8 = lane / 8;
+    uint32_t r[4];  // keys 0-7 and 8-15 of chunk `step`, then of step + 1
+    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + swizzle<HeadDim>(key + (m8 % 2) * 8 + lane % 8,
+                                                                                       step + m8 / 2)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        b[h][0] = widen<T>(r[2 * h]);
+        b[h][1] = widen<T>(r[2 * h] >> 16);
+        b[h][2] = widen<T>(r[2 * h + 1]);
+        b[h][3] = widen<T>(r[2 * h + 1] >> 16);
+    }
+}
+
+// The B operands of keys key..key+15 for the PV products of 16-dim chunks `chunk` and chunk + 1:
+// per chunk, n8 blocks of its even dims then its odd dims ([keys 0-7, keys 8-15] each).
+template <typename T, int HeadDim>
+__device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int chunk, int lane, uint32_t (&b)[2][4]) {
+    const int m8 = lane / 8;
+    uint32_t r[4];
+    flashinfer::mma::ldmatrix_m8n8x4_trans(
+        r, const_cast<uint8_t*>(tile + swizzle<HeadDim>(key + (m8 % 2) * 8 + lane % 8, chunk + m8 / 2)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
+        const uint32_t low = __byte_perm(r[2 * h], 0, 0x3120), high = __byte_perm(r[2 * h + 1], 0, 0x3120);
+        b[h][0] = widen<T>(low);
+        b[h][1] = widen<T>(high);
+        b[h][2] = widen<T>(low >> 16);
+        b[h][3] = widen<T>(high >> 16);
+    }
+}
+
+// s += Q K^T over the Blocks 16-key blocks of a warp from key0 on (s as in decode.cuh: [block]
+// [keys 0-7, 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step.
+template <typename T, int HeadDim, int Blocks, typename QStep>
+__device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, int key0, int lane,
+                                       const QStep& q_step) {
+#pragma unroll
+    for (int step = 0; step < HeadDim / 16; step += 2) {  // one ldmatrix of K per 2 steps
+        uint32_t q_two[2][4];
+        q_step(step, q_two[0]);
+        q_step(step + 1, q_two[1]);
+#pragma unroll
+        for (int b = 0; b < Blocks; ++b) {
+            uint32_t k_frag[2][4];
+            k_fragments<T, HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag);
+            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_two[0], k_frag[0]);
+            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_two[1], k_frag[1]);
+        }
+    }
+}
+
+// o += P V over keys key..key+15 of a stage; o's n8 block 2c holds the even dims of 16-dim chunk
+// c, block 2c + 1 its odd dims (store_partial puts them in order).
+template <typename T, int HeadDim>
+__device__ __forceinline__ void accumulate(float (&o)[HeadDim / 8][4], uint32_t (&p_frag)[4], const uint8_t* v_tile,
+                                           int key, int lane) {
+#pragma unroll
+    for (int chunk = 0; chunk < HeadDim / 16; chunk += 2) {
+        uint32_t v_frag[2][4];
+        v_fragments<T, HeadDim>(v_tile, key, chunk, lane, v_frag);
+        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * chunk][0], p_frag, v_frag[0]);
+        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
+    }
+}
+
+// Rows g and g + 8 of a warp's O (fp32, HeadDim per row from `row_g`) in dim order: columns 2t
+// and 2t + 1 of blocks 2c and 2c + 1 are dims 16c + 4t .. + 3.
+template <int HeadDim>
+__device__ __forceinline__ void store_partial(float* row_g, const float (&o)[HeadDim / 8][4], int t) {
+#pragma unroll
+    for (int chunk = 0; chunk < HeadDim / 16; ++chunk) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const float(&even)[4] = o[2 * chunk];
+            const float(&odd)[4] = o[2 * chunk + 1];
+            *reinterpret_cast<float4*>(row_g + 8 * j * HeadDim + chunk * 16 + 4 * t) =
+                make_float4(even[2 * j], odd[2 * j], even[2 * j + 1], odd[2 * j + 1]);
+        }
+    }
+}
+
+// The e4m3 kernel's Q tile goes through registers (the permutation is finer than a cp.async):
+// each thread loads whole 16-dim spans of q rows, then, once the first stages are issued (so that
+// the loads' latency overlaps theirs), stores them with dim pairs 0, 2, 4, 6 in the span's first
+// chunk and 1, 3, 5, 7 in its second (the order k_fragments delivers K in). Unused when !Used.
+template <int HeadDim, int Threads, bool Used>
+struct QStaging {
+    static constexpr int kSpansPerRow = HeadDim / 16;
+    static constexpr int kSpans = Used ? (16 * kSpansPerRow + Threads - 1) / Threads : 0;  // per thread
+    uint4 words[kSpans > 0 ? kSpans : 1][2];
+
+    // row_of(row, &valid): the tile row's q (elements), valid false for rows past the queries.
+    template <typename RowOf>
+    __device__ __forceinline__ void load(int tid, const RowOf& row_of) {
+#pragma unroll
+        for (int n = 0; n < kSpans; ++n) {
+            const int i = tid + n * Threads;
+            bool valid = false;
+            if (i < 16 * kSpansPerRow) {
+                const auto* row = row_of(i / kSpansPerRow, &valid);
+                const uint4* src = reinterpret_cast<const uint4*>(row + i % kSpansPerRow * 16);
+                if (valid) words[n][0] = src[0], words[n][1] = src[1];
+            }
+            if (!valid) words[n][0] = words[n][1] = make_uint4(0, 0, 0, 0);
+        }
+    }
+
+    // offset(row, chunk): the 16-bit tile's byte offset of a 16-byte chunk.
+    template <typename Offset>
+    __device__ __forceinline__ void store(uint8_t* q_smem, int tid, const Offset& offset) const {
+#pragma unroll
+        for (int n = 0; n < kSpans; ++n) {
+            const int i = tid + n * Threads, row = i / kSpansPerRow, span = i % kSpansPerRow;
+            if (i >= 16 * kSpansPerRow) continue;
+            const uint4(&in)[2] = words[n];  // dim pairs 0-3, 4-7
+            uint4* const out = reinterpret_cast<uint4*>(q_smem);
+            out[offset(row, 2 * span) / 16] = make_uint4(in[0].x, in[0].z, in[1].x, in[1].z);
+            out[offset(row, 2 * span + 1) / 16] = make_uint4(in[0].y, in[0].w, in[1].y, in[1].w);
+        }
+    }
+};
+
+}  // namespace fp8
+}  // namespace decode
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_FP8_KV_CUH
