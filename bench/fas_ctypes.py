@@ -140,6 +140,7 @@ class PlanArgs(_Sized):
         ("page_indices_host", ctypes.c_void_p),
         ("use_window", ctypes.c_int), ("window_size_left", ctypes.c_int), ("window_size_right", ctypes.c_int),
         ("softcap", ctypes.c_float),
+        ("kv_dtype", ENUM_CTYPE),
     ]
 
 

@@ -161,8 +161,9 @@ fas_status check_tensors(const Layout& layout, const void* q, const void* k, con
         tensor_extent(out, q_rows, layout.out_row_stride, q_width, element_bytes(layout.out_dtype), "out");
     // A paged cache is one span (pages may be strided apart and interleave with the other cache).
     const auto kv_extent = [&](const void* base, int64_t span, int64_t stride, const char* name) {
-        return span > 0 ? tensor_extent(base, 1, span, span, in_bytes, name)
-                        : tensor_extent(base, k_rows, stride, k_width, in_bytes, name);
+        const size_t bytes = layout.kv_dtype == FAS_DTYPE_E4M3 ? 1 : in_bytes;
+        return span > 0 ? tensor_extent(base, 1, span, span, bytes, name)
+                        : tensor_extent(base, k_rows, stride, k_width, bytes, name);
     };
     const Extent inputs[] = {
         tensor_extent(q, q_rows, layout.q_row_stride, q_width, in_bytes, "q"),

@@ -103,6 +103,24 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
     return FAS_SUCCESS;
 }
 
+// The caches' element type: dtype (kv_dtype 0 or dtype), or e4m3 under 16-bit q of a paged plan.
+fas_status resolve_kv_dtype(const fas_plan_args& args, fas_dtype* kv_dtype) {
+    *kv_dtype = args.dtype;
+    if (args.kv_dtype == FAS_DTYPE_FP16 || args.kv_dtype == args.dtype) return FAS_SUCCESS;
+    if (args.kv_dtype != FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("kv_dtype ", static_cast<int>(args.kv_dtype), " is not valid here; pass 0 (the caches "
+                           "hold dtype) or FAS_DTYPE_E4M3 (an FP8 KV cache)"));
+    }
+    if (args.kv_layout != FAS_KV_PAGED || !is_16bit_dtype(args.dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "kv_dtype FAS_DTYPE_E4M3 (an FP8 KV cache) needs kv_layout FAS_KV_PAGED and dtype FAS_DTYPE_FP16 "
+                    "or FAS_DTYPE_BF16 (q and out stay 16-bit)");
+    }
+    *kv_dtype = FAS_DTYPE_E4M3;
+    return FAS_SUCCESS;
+}
+
 // The plan's layout from its arguments, host offsets and KV cache, validated.
 fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, KvCache* kv, Layout* layout) {
     const int batch_size = args.batch_size;
@@ -110,6 +128,7 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, K
     l.dtype = args.dtype;
     l.out_dtype = out_dtype;
     l.varlen = true;
+    if (const fas_status status = resolve_kv_dtype(args, &l.kv_dtype); status != FAS_SUCCESS) return status;
     copy_shared_fields(args, layout);
     l.max_seqlen_q = max_length(args.cu_seqlens_q, batch_size);
     l.total_q = args.cu_seqlens_q[batch_size];
@@ -125,6 +144,20 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, K
     if (const fas_status status = resolve_masks(args, layout); status != FAS_SUCCESS) return status;
     if (kv->paged) {
         if (const fas_status status = resolve_paged_strides(args, kv, layout); status != FAS_SUCCESS) return status;
+    }
+    if (has_fp8_kv_cache(l)) {
+        // The decode kernel loads cache rows in 16-byte units of 16 e4m3 elements.
+        const std::pair<int64_t, const char*> strides[] = {{l.k_row_stride, "k_row_stride"},
+                                                           {l.v_row_stride, "v_row_stride"},
+                                                           {kv->k_page_stride, "k_page_stride"},
+                                                           {kv->v_page_stride, "v_page_stride"}};
+        for (const auto& [stride, name] : strides) {
+            if (stride % 16 != 0) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat(name, " is ", stride, " elements; an e4m3 KV cache's rows and pages must be "
+                                   "multiples of 16 elements (16 bytes) apart"));
+            }
+        }
     }
     if (l.dtype == FAS_DTYPE_E4M3) {
         // TMA moves 16-byte units: a row of 1-byte elements must start 16-byte aligned.
@@ -149,14 +182,14 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
         return concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                       "; the paged kernels are built for 9.0");
     }
-    if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q, k and v (FP8 KV caches: not yet)";
+    if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q (and 16-bit or e4m3 caches)";
     const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
     if (layout.out_row_stride != out_width) {
         return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
                       out_width, " elements per row): pass 0");
     }
     std::string why;
-    *kernel = fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+    *kernel = fas_paged::choose_kernel(layout.dtype, layout.kv_dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                        layout.num_heads_q / layout.num_heads_k, &why);
     if (*kernel == nullptr) return why;
     if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
@@ -200,6 +233,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
                                      layout.head_dim,       layout.causal,      layout.dtype == FAS_DTYPE_E4M3,
                                      device.sm_count, layout.window_left};
     if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
+    if (has_fp8_kv_cache(layout)) return "FP8 (e4m3) KV caches run on the paged family's decode kernel";
     if (layout.window_right > 0) {
         return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
     }

@@ -44,7 +44,7 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = 1;  // decode-oriented: splits long KVs across CTAs
-        info->family = family_name(FAS_FAMILY_PAGED);
+        info->family = entry.kv_dtype == FAS_DTYPE_E4M3 ? "paged_e4m3kv" : family_name(FAS_FAMILY_PAGED);
         info->out_dtype = entry.dtype;
     } else {
         const fas_sm90::Kernel& entry = fas_sm90::kernel(index - fas_fa2::num_kernels());

@@ -158,6 +158,22 @@
  *   decoding, non-causal, or one those conditions exclude: fas_plan_info.sm90_unused_reason says
  *   which) runs on the paged family below. Both take the same page table and arguments.
  *
+ *   FP8 KV CACHE (since 0.4; fas_plan_args.kv_dtype = FAS_DTYPE_E4M3, paged caches only): the
+ *   caches hold e4m3 values (1 byte each, e.g. written by fas_kv_append with cache_dtype
+ *   FAS_DTYPE_E4M3), q and out stay fp16/bf16 (dtype). Every run must pass the DEVICE fp32
+ *   descale arrays k_descale[num_heads_k] and v_descale[num_heads_k] (real value = stored value
+ *   * descale of its KV head: the scales fas_kv_append quantized with); positive and finite.
+ *   The paged family's decode kernel serves these plans (family "paged_e4m3kv" in
+ *   fas_get_kernel_info; `full` builds head dims 64, 128, 256, causal), for any number of
+ *   queries per sequence: decode, speculative decoding, and chunked prefill over the cached
+ *   pages (16 packed rows per tile; slower than the 16-bit SM90 paged kernels per query, it
+ *   exists so that a whole batch can use one cache), with windows and softcap as for 16-bit
+ *   caches. Scores and P*V are computed from the exact e4m3 values widened to dtype (no
+ *   rounding beyond the 16-bit cache's), so results match an attention over the dequantized
+ *   cache. Row strides and page strides of the caches must be multiples of 16 elements
+ *   (bytes), the caches 16-byte aligned. Batches with an FP8 cache are not split into mixed
+ *   plans (both parts would run the same kernel).
+ *
  *   MIXED PLANS (since 0.4): a paged batch in which some sequences decode (at most 8 queries each)
  *   and others are in chunked prefill, as a continuous-batching scheduler produces it, becomes
  *   one plan of family FAS_FAMILY_MIXED made of two parts: the decode sequences at the START or
@@ -298,6 +314,11 @@ typedef struct fas_plan_args {
     /* > 0: logits softcap (Gemma 2: 50, Grok: 30): each score s = softmax_scale * q.k becomes
      * softcap * tanh(s / softcap) before the softmax; 0 = off (see MASKS) */
     float softcap;
+
+    /* ---- appended in 0.4: an FP8 KV cache (see FP8 KV CACHE) ---- */
+    /* FAS_KV_PAGED: element type of the caches: FAS_DTYPE_FP16 (0, the default) or dtype = the
+     * caches hold dtype; FAS_DTYPE_E4M3 = they hold e4m3 values (q and out stay dtype) */
+    fas_dtype kv_dtype;
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */
@@ -313,7 +334,8 @@ typedef struct fas_plan_run_args {
 
     /* FP8 plans only (ignored otherwise): optional DEVICE arrays of fp32 descale factors,
      * q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k], 4-byte aligned;
-     * NULL = 1. Read by the kernel when it runs. See PLANS. */
+     * NULL = 1. Read by the kernel when it runs. See PLANS. Plans over an FP8 KV cache
+     * (kv_dtype FAS_DTYPE_E4M3) REQUIRE k_descale and v_descale (see FP8 KV CACHE). */
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;

@@ -258,6 +258,16 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
     a.v_cache = v;
     a.out = out;
     a.lse = softmax_lse;
+    if (plan.kernel->kv_dtype == FAS_DTYPE_E4M3) {
+        if (k_descale == nullptr || v_descale == nullptr) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        "the plan reads an FP8 (e4m3) KV cache: pass k_descale and v_descale (DEVICE fp32 arrays "
+                        "of num_heads_k, the scales the caches were quantized with) in fas_plan_run_args");
+        }
+        if (!fas::is_aligned(k_descale, sizeof(float)) || !fas::is_aligned(v_descale, sizeof(float))) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT, "k_descale / v_descale must be 4-byte aligned");
+        }
+    }
     a.k_descale = k_descale;
     a.v_descale = v_descale;
     cudaError_t error = fas::device_block_prepare_run(plan.block, stream);

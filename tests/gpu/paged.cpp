@@ -25,6 +25,7 @@ struct PagedCase {
     int window_left = -1;        // >= 0: a causal left window (use_window, right 0)
     float softcap = 0.f;
     int expect_decode_sequences = 0;  // > 0: a mixed plan whose decode part has this many sequences
+    bool fp8_kv = false;  // e4m3 caches with per-head descales (FP8 KV CACHE); q and out stay dtype
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -51,11 +52,13 @@ std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& r
 }
 
 // The cache image [num_pages, page_size, heads_kv, head_dim] holding rows [total_k, heads_kv,
-// head_dim] where the page table says; everything else NaN.
-std::vector<uint16_t> scatter(const std::vector<uint16_t>& rows, const PagedCase& c, const std::vector<int32_t>& ids,
-                              int num_pages) {
+// head_dim] where the page table says; everything else NaN (16-bit or e4m3 bits).
+template <typename Bits>
+std::vector<Bits> scatter(const std::vector<Bits>& rows, const PagedCase& c, const std::vector<int32_t>& ids,
+                          int num_pages) {
     const size_t row = static_cast<size_t>(c.heads_kv) * c.head_dim;
-    std::vector<uint16_t> cache(static_cast<size_t>(num_pages) * c.page_size * row, kPoisonBits);
+    const Bits poison = sizeof(Bits) == 1 ? static_cast<Bits>(kE4m3Nan) : static_cast<Bits>(kPoisonBits);
+    std::vector<Bits> cache(static_cast<size_t>(num_pages) * c.page_size * row, poison);
     size_t first_row = 0, first_page = 0;
     for (size_t i = 0; i < c.seqlens_k.size(); ++i) {
         for (int t = 0; t < c.seqlens_k[i]; ++t) {
@@ -82,17 +85,37 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
 
     std::mt19937_64 rng(seed);
     const RoundedTensor q = random_tensor(dtype, q_elements, rng);
-    const RoundedTensor k = random_tensor(dtype, kv_elements, rng);
-    const RoundedTensor v = random_tensor(dtype, kv_elements, rng);
-    DeviceBuffer q_dev(q_elements * 2), k_dev(cache_elements * 2), v_dev(cache_elements * 2);
+    // 16-bit caches hold k and v rounded to dtype; e4m3 ones e4m3 values whose reference values
+    // are stored value * descale of the head.
+    RoundedTensor k, v;
+    QuantizedTensor k8, v8;
+    if (c.fp8_kv) {
+        k8 = random_e4m3_tensor(total_k, c.heads_kv, c.head_dim, rng);
+        v8 = random_e4m3_tensor(total_k, c.heads_kv, c.head_dim, rng);
+        k.values = k8.values;
+        v.values = v8.values;
+    } else {
+        k = random_tensor(dtype, kv_elements, rng);
+        v = random_tensor(dtype, kv_elements, rng);
+    }
+    const size_t kv_bytes = c.fp8_kv ? 1 : 2;
+    DeviceBuffer q_dev(q_elements * 2), k_dev(cache_elements * kv_bytes), v_dev(cache_elements * kv_bytes);
     DeviceBuffer out_dev(q_elements * 2), lse_dev(total_q * c.heads_q * sizeof(float));
     DeviceBuffer ids_dev(std::max(total_pages, 1) * sizeof(int32_t));
+    DeviceBuffer descale_dev(2 * c.heads_kv * sizeof(float));
     upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
+    if (c.fp8_kv) {
+        upload(descale_dev.as<void>(), k8.descale.data(), c.heads_kv * sizeof(float));
+        upload(descale_dev.as<float>() + c.heads_kv, v8.descale.data(), c.heads_kv * sizeof(float));
+    }
     const auto load_cache = [&](const std::vector<int32_t>& ids) {
-        const std::vector<uint16_t> k_cache = scatter(k.bits, c, ids, num_pages);
-        const std::vector<uint16_t> v_cache = scatter(v.bits, c, ids, num_pages);
-        upload(k_dev.as<void>(), k_cache.data(), k_dev.bytes());
-        upload(v_dev.as<void>(), v_cache.data(), v_dev.bytes());
+        if (c.fp8_kv) {
+            upload(k_dev.as<void>(), scatter(k8.bits, c, ids, num_pages).data(), k_dev.bytes());
+            upload(v_dev.as<void>(), scatter(v8.bits, c, ids, num_pages).data(), v_dev.bytes());
+        } else {
+            upload(k_dev.as<void>(), scatter(k.bits, c, ids, num_pages).data(), k_dev.bytes());
+            upload(v_dev.as<void>(), scatter(v.bits, c, ids, num_pages).data(), v_dev.bytes());
+        }
         upload(ids_dev.as<void>(), ids.data(), ids.size() * sizeof(int32_t));
     };
     std::vector<int32_t> ids = shuffled_pages(total_pages, num_pages, rng);
@@ -118,6 +141,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     args.window_size_left = c.window_left;
     args.window_size_right = 0;
     args.softcap = c.softcap;
+    args.kv_dtype = c.fp8_kv ? FAS_DTYPE_E4M3 : FAS_DTYPE_FP16;
     fas_plan* plan = nullptr;
     if (fas_plan_create(&args, &plan) != FAS_SUCCESS) {
         return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
@@ -144,7 +168,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     // Mixed plans: the decode part on the paged family (its packing), the prefill part as above.
     const bool mixed = c.expect_decode_sequences > 0;
     const bool sm90 = c.expect_family >= 0 ? c.expect_family == FAS_FAMILY_SM90
-                                           : max_q > 8 && has_kernel("sm90_paged", dtype, c.head_dim, c.causal);
+                                           : max_q > 8 && !c.fp8_kv &&
+                                                 has_kernel("sm90_paged", dtype, c.head_dim, c.causal);
     const int packed = sm90 && !mixed ? 1 : c.heads_q / c.heads_kv;
     const int family = mixed ? FAS_FAMILY_MIXED : sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED;
     if (info.family != family || info.total_pages != total_pages || info.packed_gqa != packed ||
@@ -154,7 +179,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
         (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
         // The query assumes a layout the SM90 paged kernels take; expect_family cases break that.
-        (c.expect_family < 0 && !mixed && queried_tile != info.query_tile_rows)) {
+        (c.fp8_kv && info.query_tile_rows != 16) ||
+        (c.expect_family < 0 && !mixed && !c.fp8_kv && queried_tile != info.query_tile_rows)) {
         fas_plan_destroy(plan);
         return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
                            ", tile " + std::to_string(queried_tile) + "):" + plan_detail};
@@ -169,6 +195,10 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     run.softmax_lse = lse_dev.as<float>();
     run.page_indices = ids_dev.as<int32_t>();
     run.stream = stream;
+    if (c.fp8_kv) {
+        run.k_descale = descale_dev.as<float>();
+        run.v_descale = descale_dev.as<float>() + c.heads_kv;
+    }
     std::vector<uint16_t> outs[2];
     std::vector<float> lses[2];
     for (int pass = 0; pass < 2; ++pass) {
@@ -214,8 +244,8 @@ std::string describe(const PagedCase& c, fas_dtype dtype) {
     char text[200];
     const std::string masks = (c.window_left >= 0 ? " window=" + std::to_string(c.window_left) : std::string()) +
                               (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string());
-    std::snprintf(text, sizeof text, "%-26s %s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
-                  dtype_name(dtype), c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
+    std::snprintf(text, sizeof text, "%-26s %s%s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
+                  dtype_name(dtype), c.fp8_kv ? " kv=e4m3" : "", c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
                   c.page_size,
                   c.seqlens_q.size(), *std::min_element(c.seqlens_q.begin(), c.seqlens_q.end()),
                   *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
@@ -238,7 +268,14 @@ const char* const kPagedMisuse[] = {
     "plan with kv_layout 7",
     "paged run with page_indices NULL",
     "paged run with out inside the k cache",
+    "FP8 KV plan (kv_dtype e4m3) over a varlen KV layout",
+    "FP8 KV plan with k_row_stride 264 (not a multiple of 16)",
+    "FP8 KV plan with kv_dtype 9",
+    "FP8 KV run without k_descale",
+    "FP8 KV run without v_descale",
 };
+constexpr int kFirstFp8Misuse = 10;
+constexpr int kFp8RunMisuse = 13;  // from here on the cases need an e4m3-KV kernel to plan
 
 CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     DeviceBuffer q_dev(1 << 16), k_dev(1 << 20), v_dev(1 << 20), out_dev(1 << 16), ids_dev(64);
@@ -260,9 +297,18 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     args.page_size = which == 0 ? 0 : 16;
     args.num_pages = which == 1 ? 0 : 8;
     args.page_indices_host = ids;
+    if (which >= kFirstFp8Misuse) {
+        args.kv_dtype = which == 12 ? static_cast<fas_dtype>(9) : FAS_DTYPE_E4M3;
+        if (which == 10) {
+            args.kv_layout = FAS_KV_VARLEN;
+            args.kv_lengths = nullptr;
+            args.cu_seqlens_k = cu_k;
+        }
+        if (which == 11) args.k_row_stride = 264;
+    }
     fas_plan* plan = nullptr;
     fas_status status = fas_plan_create(&args, &plan);
-    if (which >= 8) {
+    if ((which >= 8 && which < kFirstFp8Misuse) || which >= kFp8RunMisuse) {
         if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
         upload(ids_dev.as<void>(), ids, sizeof ids);
         fas_plan_run_args run;
@@ -273,11 +319,39 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
         run.out = which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>();
         run.page_indices = which == 8 ? nullptr : ids_dev.as<int32_t>();
         run.stream = stream;
+        run.k_descale = which == 13 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
+        run.v_descale = which == 14 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
         status = fas_plan_run(plan, &run);
     }
     const std::string message = fas_get_last_error();
     if (plan != nullptr) fas_plan_destroy(plan);
     return refusal_outcome(status, message, false);
+}
+
+// A valid FP8 KV plan in a build without e4m3-KV kernels: FAS_ERROR_NOT_BUILT with a message.
+CaseOutcome run_fp8_not_built(fas_dtype dtype) {
+    const int32_t cu_q[2] = {0, 1}, lengths[1] = {40}, ids[3] = {0, 1, 2};
+    fas_plan_args args;
+    fas_plan_args_init(&args);
+    args.dtype = dtype;
+    args.kv_dtype = FAS_DTYPE_E4M3;
+    args.cu_seqlens_q = cu_q;
+    args.batch_size = 1;
+    args.num_heads_q = 2;
+    args.num_heads_k = 1;
+    args.head_dim = 128;
+    args.causal = 1;
+    args.kv_layout = FAS_KV_PAGED;
+    args.kv_lengths = lengths;
+    args.page_size = 16;
+    args.num_pages = 3;
+    args.page_indices_host = ids;
+    fas_plan* plan = nullptr;
+    const fas_status status = fas_plan_create(&args, &plan);
+    const std::string message = status == FAS_SUCCESS ? "" : fas_get_last_error();
+    if (plan != nullptr) fas_plan_destroy(plan);
+    return {status == FAS_ERROR_NOT_BUILT && message.find("e4m3") != std::string::npos,
+            "status=" + std::to_string(static_cast<int>(status)) + " message=\"" + message + "\""};
 }
 
 }  // namespace
@@ -364,14 +438,42 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             }
         }
     }
+    // FP8 KV caches (e4m3, per-head descales) on the decode kernel: decode with empty and long
+    // KVs, a split, speculative queries, chunked prefill over the pages (several 16-row tiles per
+    // sequence), a window with a softcap, page size 1, and the long shape.
+    for (int head_dim : {64, 128, 256}) {
+        if (!has_kernel("paged_e4m3kv", dtype, head_dim, true)) continue;
+        std::vector<PagedCase> fp8 = {
+            {"fp8kv-decode", 16, 2, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}},
+            {"fp8kv-decode-split", 16, 2, head_dim, true, 16, {1, 1}, {quick ? 20000 : 65536, 300}, true},
+            {"fp8kv-spec-gqa7", 14, 2, head_dim, true, 1, {2, 1, 1}, {300, 1, 77}},
+            {"fp8kv-chunked-prefill", 8, 2, head_dim, true, 48, {100, 0, 37}, {700, 64, 37}},
+            {"fp8kv-window-softcap", 16, 2, head_dim, true, 32, {1, 1}, {5000, 30}, false, 0, FAS_FAMILY_PAGED, 1000,
+             30.f},
+        };
+        if (!quick && head_dim == 128) {
+            fp8.push_back({"fp8kv-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                           std::vector<int>(40, 4100), false, 1});
+        }
+        for (PagedCase& c : fp8) {
+            c.fp8_kv = true;
+            cases.push_back(c);
+        }
+    }
     uint64_t seed = 7000 + static_cast<uint64_t>(dtype);
     for (const PagedCase& c : cases) {
         report(describe(c, dtype), guarded([&] { return run_paged_case(c, dtype, seed++, stream); }), tally);
     }
     // The misuse plan is head dim 128.
     if (std::none_of(cases.begin(), cases.end(), [](const PagedCase& c) { return c.head_dim == 128; })) return;
+    const bool fp8_built = has_kernel("paged_e4m3kv", dtype, 128, true);
     for (int which = 0; which < static_cast<int>(sizeof kPagedMisuse / sizeof kPagedMisuse[0]); ++which) {
+        if (which >= kFp8RunMisuse && !fp8_built) continue;
         report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
+    }
+    if (!fp8_built) {  // a build without the e4m3-KV kernels says so
+        report("FP8 KV plan where no e4m3-KV kernel is built", guarded([&] { return run_fp8_not_built(dtype); }),
+               tally);
     }
 }
 
