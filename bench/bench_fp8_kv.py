@@ -50,18 +50,18 @@ def cache_plan(lib: Library, q, out, k_cache, v_cache, ids, kv_len: int, fp8: bo
     return fn
 
 
-def row(lib: Library, batch: int, kv_len: int, head_dim: int, repeats: int) -> dict:
+def row(lib: Library, batch: int, kv_len: int, head_dim: int, repeats: int, dtype=torch.bfloat16) -> dict:
     torch.manual_seed(0)
     pages_per_seq = (kv_len + PAGE - 1) // PAGE
     num_pages = batch * pages_per_seq
     ids = torch.randperm(num_pages, device="cuda", dtype=torch.int64).to(torch.int32)
-    q = torch.randn(batch, HEADS_Q, head_dim, device="cuda", dtype=torch.bfloat16)
-    caches = [torch.randn(num_pages, PAGE, HEADS_KV, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    q = torch.randn(batch, HEADS_Q, head_dim, device="cuda", dtype=dtype)
+    caches = [torch.randn(num_pages, PAGE, HEADS_KV, head_dim, device="cuda", dtype=dtype) for _ in range(2)]
     # Per-head scales as fas_kv_append takes them: stored = e4m3(value / scale), scale = amax / 448.
     scales = [c.float().abs().amax(dim=(0, 1, 3)) / 448.0 for c in caches]
     fp8 = [(c.float() / s[None, None, :, None]).to(torch.float8_e4m3fn) for c, s in zip(caches, scales)]
     outs = [torch.empty_like(q), torch.empty_like(q)]
-    fns = {"bf16": cache_plan(lib, q, outs[0], *caches, ids, kv_len, False),
+    fns = {"16-bit": cache_plan(lib, q, outs[0], *caches, ids, kv_len, False),
            "e4m3": cache_plan(lib, q, outs[1], *fp8, ids, kv_len, True, scales)}
     times = median_ms_each(fns, repeats)
     fns["e4m3"]()
@@ -80,22 +80,25 @@ def main() -> None:
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--head-dims", type=int, nargs="+", default=[128])
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16", help="q, out and the 16-bit cache")
     args = parser.parse_args()
     lib = Library(args.artifact)
-    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}; bf16 q, "
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}; {args.dtype} q, "
           f"GQA {HEADS_Q}/{HEADS_KV}, 1 query, pages of {PAGE}\n")
-    print("| head dim | batch x KV | bf16 cache | TB/s | e4m3 cache | TB/s | e4m3 / bf16 speed | max err (e4m3) |")
+    print(f"| head dim | batch x KV | {args.dtype} cache | TB/s | e4m3 cache | TB/s | e4m3 / {args.dtype} speed "
+          "| max err (e4m3) |")
     print("| --- " * 8 + "|")
     for head_dim in args.head_dims:
         for batch, kv_len in ROWS:
-            r = row(lib, batch, kv_len, head_dim, args.repeats)
+            r = row(lib, batch, kv_len, head_dim, args.repeats, dtype)
             t = r["times"]
             keys = batch * kv_len * HEADS_KV * head_dim * 2  # elements of K and V
             cells = []
-            for name, width in (("bf16", 2), ("e4m3", 1)):
+            for name, width in (("16-bit", 2), ("e4m3", 1)):
                 value = t[name]
                 cells += [f"{value * 1e3:.0f} us", f"{keys * width / (value * 1e-3) / 1e12:.2f}"]
-            print(f"| {head_dim} | {batch} x {kv_len // 1024}k | {' | '.join(cells)} | {t['bf16'] / t['e4m3']:.2f}x "
+            print(f"| {head_dim} | {batch} x {kv_len // 1024}k | {' | '.join(cells)} | {t['16-bit'] / t['e4m3']:.2f}x "
                   f"| {r['error']:.1e} |", flush=True)
             torch.cuda.empty_cache()
 

@@ -8,10 +8,11 @@
  *   fas_plan_create(args, &plan) takes the batch layout with the offsets in HOST memory
  *   (cu_seqlens_q / cu_seqlens_k of fas_plan_args), the heads, head_dim, strides, scale, causal
  *   flag and dtype, and chooses the family:
- *     PAGED for a paged KV cache (only this family reads one), and for a varlen plan whose
- *          sequences all have at most 8 queries (decode) when a paged kernel of exactly this
- *          (dtype, head_dim) is built, the device has compute capability 9.0, out is
- *          contiguous and args->disable_sm90 is 0 (see PAGED KV CACHE);
+ *     MIXED for a paged batch of decode and chunked-prefill sequences (see MIXED PLANS);
+ *     PAGED for a paged KV cache (see PAGED KV CACHE for the share of SM90's paged kernels),
+ *          and for a varlen plan whose sequences all have at most 8 queries (decode) when a
+ *          paged kernel of exactly this (dtype, head_dim) is built, the device has compute
+ *          capability 9.0, out is contiguous and args->disable_sm90 is 0;
  *     SM90 if the current device has compute capability 9.0, an SM90 kernel serves (dtype,
  *          head_dim, causal) (see HEAD DIMS), args->disable_sm90 is 0, and the layout suits it
  *          (every sequence with queries has keys; a causal sequence has no more queries than

@@ -100,6 +100,10 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     kernel(const __grid_constant__ LaunchArgs a) {
     using S = Shape<HeadDim, Long, static_cast<int>(sizeof(KV))>;
     constexpr bool kFp8 = sizeof(KV) == 1;
+    // The e4m3 kernel multiplies in fp16 whatever q's type: e4m3 widens to fp16 in one instruction
+    // per pair (to bf16 it takes four), probabilities lose less in fp16, and bf16 q is rescaled by
+    // a power of two into fp16's range (fp8::QStaging). Accumulators and out are as for 16-bit.
+    using M = std::conditional_t<kFp8, half, T>;
     // Where a stage holds chunk `chunk` of cache row `row`.
     const auto stage_offset = [](int row, int chunk) {
         if constexpr (kFp8) return fp8::swizzle<HeadDim>(row, chunk);
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     // E4M3: through registers instead, permuted (fp8::QStaging); its cp.async group stays empty.
     constexpr int kQChunks = HeadDim / 8;  // 16-byte chunks of a q or out row
     const T* q = static_cast<const T*>(a.q);
-    fp8::QStaging<HeadDim, S::kThreads, kFp8> q_staging;
+    fp8::QStaging<T, HeadDim, S::kThreads, kFp8> q_staging;
     if constexpr (kFp8) {
         q_staging.load(tid, [&](int row, bool* valid) {
             const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
@@ -204,7 +208,11 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     fetch_pages(0);
 #pragma unroll
     for (int stage = 0; stage < S::kStages - 1; ++stage) issue(stage);
-    if constexpr (kFp8) q_staging.store(q_smem, tid, [](int row, int chunk) { return swizzle<HeadDim>(row, chunk); });
+    float q_scale = 1.f;  // the e4m3 kernel's q in fp16 = q * q_scale (bf16 q: a power of two)
+    if constexpr (kFp8) {
+        q_scale = q_staging.scale(warp, lane, reinterpret_cast<float*>(stage_smem + S::kRingBytes - 64));
+        q_staging.store(q_smem, tid, q_scale, [](int row, int chunk) { return swizzle<HeadDim>(row, chunk); });
+    }
 
     // Q fragments (A operand, 16 rows x HeadDim) stay in registers up to head dim 128; at 256
     // they would crowd out the output accumulators, so those re-read them from shared memory.
@@ -225,8 +233,9 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     // A softcap turns a score s into cap * tanh(s * scale / cap): tanh here, cap in the exp2 scale.
     // k_scale multiplies every raw q.k, so it joins the factor applied to those.
     const bool capped = a.softcap > 0.f;
-    const float pre_tanh = capped ? a.softmax_scale / a.softcap * k_scale : 0.f;
-    const float scale_log2 = (capped ? a.softcap : a.softmax_scale * k_scale) * kLog2e;
+    const float qk_scale = k_scale / q_scale;  // raw products -> q.k
+    const float pre_tanh = capped ? a.softmax_scale / a.softcap * qk_scale : 0.f;
+    const float scale_log2 = (capped ? a.softcap : a.softmax_scale * qk_scale) * kLog2e;
     // The keys each row may see: up to last_key (bottom-right causal, else kv_end - 1), from
     // first_key on (a left window, else 0). tile_*: the bounds every row of the tile obeys.
     const bool window = a.window_left >= 0;
@@ -256,7 +265,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
 
         float s[S::kBlocks][2][4] = {};  // [16-key block][keys 0-7, 8-15][mma accumulator]
         if constexpr (kFp8) {
-            fp8::scores<T, HeadDim>(s, k_tile, key0, lane, [&](int step, uint32_t(&frag)[4]) {
+            fp8::scores<HeadDim>(s, k_tile, key0, lane, [&](int step, uint32_t(&frag)[4]) {
                 if constexpr (kQInRegisters) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) frag[e] = q_frag[step][e];
@@ -341,10 +350,10 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
         // transposing ldmatrix.
 #pragma unroll
         for (int b = 0; b < S::kBlocks; ++b) {
-            uint32_t p_frag[4] = {pack<T>(s[b][0][0], s[b][0][1]), pack<T>(s[b][0][2], s[b][0][3]),
-                                  pack<T>(s[b][1][0], s[b][1][1]), pack<T>(s[b][1][2], s[b][1][3])};
+            uint32_t p_frag[4] = {pack<M>(s[b][0][0], s[b][0][1]), pack<M>(s[b][0][2], s[b][0][3]),
+                                  pack<M>(s[b][1][0], s[b][1][1]), pack<M>(s[b][1][2], s[b][1][3])};
             if constexpr (kFp8) {
-                fp8::accumulate<T, HeadDim>(o, p_frag, v_tile, key0 + b * 16, lane);
+                fp8::accumulate<HeadDim>(o, p_frag, v_tile, key0 + b * 16, lane);
             } else {
 #pragma unroll
                 for (int pair = 0; pair < kDimBlocks / 2; ++pair) {

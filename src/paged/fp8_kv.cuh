@@ -44,22 +44,16 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
     return static_cast<uint32_t>(row * HeadDim + (mixed << 4));
 }
 
-// Two e4m3 values (the low 16 bits of x) as a T pair, exactly: every e4m3 value is an fp16 and a
-// bf16 value.
-template <typename T>
+// Two e4m3 values (the low 16 bits of x) as an fp16 pair, exactly: every e4m3 value is an fp16
+// value (the kernel multiplies in fp16 for every q type).
 __device__ __forceinline__ uint32_t widen(uint32_t x) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
-    if constexpr (std::is_same_v<T, half>) {
-        return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-    } else {
-        const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
-        return *reinterpret_cast<const uint32_t*>(&b);
-    }
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 // The B operands of keys key..key+15 for QK^T steps `step` and step + 1 (32 dims, in
 // QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high].
-template <typename T, int HeadDim>
+template <int HeadDim>
 __device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int step, int lane, uint32_t (&b)[2][4]) {
     const int m8 = lane / 8;
     uint32_t r[4];  // keys 0-7 and 8-15 of chunk `step`, then of step + 1
@@ -67,16 +61,16 @@ __device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int st
                                                                                        step + m8 / 2)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        b[h][0] = widen<T>(r[2 * h]);
-        b[h][1] = widen<T>(r[2 * h] >> 16);
-        b[h][2] = widen<T>(r[2 * h + 1]);
-        b[h][3] = widen<T>(r[2 * h + 1] >> 16);
+        b[h][0] = widen(r[2 * h]);
+        b[h][1] = widen(r[2 * h] >> 16);
+        b[h][2] = widen(r[2 * h + 1]);
+        b[h][3] = widen(r[2 * h + 1] >> 16);
     }
 }
 
 // The B operands of keys key..key+15 for the PV products of 16-dim chunks `chunk` and chunk + 1:
 // per chunk, n8 blocks of its even dims then its odd dims ([keys 0-7, keys 8-15] each).
-template <typename T, int HeadDim>
+template <int HeadDim>
 __device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int chunk, int lane, uint32_t (&b)[2][4]) {
     const int m8 = lane / 8;
     uint32_t r[4];
@@ -86,16 +80,16 @@ __device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int ch
     for (int h = 0; h < 2; ++h) {
         // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
         const uint32_t low = __byte_perm(r[2 * h], 0, 0x3120), high = __byte_perm(r[2 * h + 1], 0, 0x3120);
-        b[h][0] = widen<T>(low);
-        b[h][1] = widen<T>(high);
-        b[h][2] = widen<T>(low >> 16);
-        b[h][3] = widen<T>(high >> 16);
+        b[h][0] = widen(low);
+        b[h][1] = widen(high);
+        b[h][2] = widen(low >> 16);
+        b[h][3] = widen(high >> 16);
     }
 }
 
 // s += Q K^T over the Blocks 16-key blocks of a warp from key0 on (s as in decode.cuh: [block]
 // [keys 0-7, 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step.
-template <typename T, int HeadDim, int Blocks, typename QStep>
+template <int HeadDim, int Blocks, typename QStep>
 __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, int key0, int lane,
                                        const QStep& q_step) {
 #pragma unroll
@@ -106,24 +100,24 @@ __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* 
 #pragma unroll
         for (int b = 0; b < Blocks; ++b) {
             uint32_t k_frag[2][4];
-            k_fragments<T, HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag);
-            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_two[0], k_frag[0]);
-            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_two[1], k_frag[1]);
+            k_fragments<HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag);
+            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[0], k_frag[0]);
+            flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[1], k_frag[1]);
         }
     }
 }
 
 // o += P V over keys key..key+15 of a stage; o's n8 block 2c holds the even dims of 16-dim chunk
 // c, block 2c + 1 its odd dims (store_partial puts them in order).
-template <typename T, int HeadDim>
+template <int HeadDim>
 __device__ __forceinline__ void accumulate(float (&o)[HeadDim / 8][4], uint32_t (&p_frag)[4], const uint8_t* v_tile,
                                            int key, int lane) {
 #pragma unroll
     for (int chunk = 0; chunk < HeadDim / 16; chunk += 2) {
         uint32_t v_frag[2][4];
-        v_fragments<T, HeadDim>(v_tile, key, chunk, lane, v_frag);
-        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * chunk][0], p_frag, v_frag[0]);
-        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
+        v_fragments<HeadDim>(v_tile, key, chunk, lane, v_frag);
+        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk][0], p_frag, v_frag[0]);
+        flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
     }
 }
 
@@ -145,12 +139,16 @@ __device__ __forceinline__ void store_partial(float* row_g, const float (&o)[Hea
 
 // The e4m3 kernel's Q tile goes through registers (the permutation is finer than a cp.async):
 // each thread loads whole 16-dim spans of q rows, then, once the first stages are issued (so that
-// the loads' latency overlaps theirs), stores them with dim pairs 0, 2, 4, 6 in the span's first
-// chunk and 1, 3, 5, 7 in its second (the order k_fragments delivers K in). Unused when !Used.
-template <int HeadDim, int Threads, bool Used>
+// the loads' latency overlaps theirs), stores them as fp16 with dim pairs 0, 2, 4, 6 in the span's
+// first chunk and 1, 3, 5, 7 in its second (the order k_fragments delivers K in). bf16 q is
+// multiplied by a power of two that puts the tile's largest |q| just under 2^15 (exact: only the
+// mantissa's rounding to fp16's 11 bits, finer than bf16's 8, and values 2^29 below the largest
+// going subnormal). Unused when !Used.
+template <typename T, int HeadDim, int Threads, bool Used>
 struct QStaging {
     static constexpr int kSpansPerRow = HeadDim / 16;
     static constexpr int kSpans = Used ? (16 * kSpansPerRow + Threads - 1) / Threads : 0;  // per thread
+    static constexpr bool kRescale = !std::is_same_v<T, half>;
     uint4 words[kSpans > 0 ? kSpans : 1][2];
 
     // row_of(row, &valid): the tile row's q (elements), valid false for rows past the queries.
@@ -169,14 +167,52 @@ struct QStaging {
         }
     }
 
+    // The CTA's q scale (1 for fp16 q): every thread calls it; `scratch` holds one float per warp
+    // (shared memory nothing else uses before the first stage lands); one barrier.
+    __device__ __forceinline__ float scale(int warp, int lane, float* scratch) const {
+        if constexpr (!kRescale) return 1.f;
+        uint32_t top = 0;  // largest |q| bits (bf16 magnitudes order as unsigned integers)
+#pragma unroll
+        for (int n = 0; n < kSpans; ++n) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                for (uint32_t word : {words[n][h].x, words[n][h].y, words[n][h].z, words[n][h].w}) {
+                    top = max(top, max(word & 0x7fffu, (word >> 16) & 0x7fffu));
+                }
+            }
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) top = max(top, __shfl_xor_sync(0xffffffff, top, offset));
+        if (lane == 0) scratch[warp] = __uint_as_float(top << 16);
+        __syncthreads();
+        float largest = 0.f;
+        for (int w = 0; w < Threads / 32; ++w) largest = fmaxf(largest, scratch[w]);
+        if (!(largest > 0.f) || isinf(largest)) return 1.f;  // all zero (or non-finite: propagates as is)
+        int exponent = 0;
+        frexpf(largest, &exponent);  // largest < 2^exponent
+        return ldexpf(1.f, 15 - exponent);
+    }
+
+    // A pair of T as an fp16 pair, times q_scale.
+    __device__ __forceinline__ static uint32_t to_half2(uint32_t pair, float q_scale) {
+        if constexpr (!kRescale) return pair;
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+        const __half2 h = __floats2half2_rn(f.x * q_scale, f.y * q_scale);
+        return *reinterpret_cast<const uint32_t*>(&h);
+    }
+
     // offset(row, chunk): the 16-bit tile's byte offset of a 16-byte chunk.
     template <typename Offset>
-    __device__ __forceinline__ void store(uint8_t* q_smem, int tid, const Offset& offset) const {
+    __device__ __forceinline__ void store(uint8_t* q_smem, int tid, float q_scale, const Offset& offset) const {
 #pragma unroll
         for (int n = 0; n < kSpans; ++n) {
             const int i = tid + n * Threads, row = i / kSpansPerRow, span = i % kSpansPerRow;
             if (i >= 16 * kSpansPerRow) continue;
-            const uint4(&in)[2] = words[n];  // dim pairs 0-3, 4-7
+            uint4 in[2] = {words[n][0], words[n][1]};  // dim pairs 0-3, 4-7
+            for (uint4& w : in) {
+                w = make_uint4(to_half2(w.x, q_scale), to_half2(w.y, q_scale), to_half2(w.z, q_scale),
+                               to_half2(w.w, q_scale));
+            }
             uint4* const out = reinterpret_cast<uint4*>(q_smem);
             out[offset(row, 2 * span) / 16] = make_uint4(in[0].x, in[0].z, in[1].x, in[1].z);
             out[offset(row, 2 * span + 1) / 16] = make_uint4(in[0].y, in[0].w, in[1].y, in[1].w);
