@@ -47,6 +47,7 @@ def cache_plan(lib: Library, q, out, k_cache, v_cache, ids, kv_len: int, fp8: bo
         lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
 
     fn.keepalive = (args, run, plan, descales)
+    fn.info = lib.plan_info(plan)
     return fn
 
 
@@ -63,6 +64,8 @@ def row(lib: Library, batch: int, kv_len: int, head_dim: int, repeats: int, dtyp
     outs = [torch.empty_like(q), torch.empty_like(q)]
     fns = {"16-bit": cache_plan(lib, q, outs[0], *caches, ids, kv_len, False),
            "e4m3": cache_plan(lib, q, outs[1], *fp8, ids, kv_len, True, scales)}
+    info = fns["e4m3"].info
+    shape = f"{info.num_ctas} x {info.ctas_per_sm}/SM, splits {info.kv_splits}"
     times = median_ms_each(fns, repeats)
     fns["e4m3"]()
     torch.cuda.synchronize()
@@ -72,7 +75,7 @@ def row(lib: Library, batch: int, kv_len: int, head_dim: int, repeats: int, dtyp
              for f, s in zip(fp8, scales)]
     reference = F.scaled_dot_product_attention(q.float()[:, :, None], dense[0].transpose(1, 2),
                                                dense[1].transpose(1, 2), enable_gqa=True)[:, :, 0]
-    return {"times": times, "error": (outs[1].float() - reference).abs().max().item()}
+    return {"times": times, "error": (outs[1].float() - reference).abs().max().item(), "shape": shape}
 
 
 def main() -> None:
@@ -87,8 +90,8 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}; {args.dtype} q, "
           f"GQA {HEADS_Q}/{HEADS_KV}, 1 query, pages of {PAGE}\n")
     print(f"| head dim | batch x KV | {args.dtype} cache | TB/s | e4m3 cache | TB/s | e4m3 / {args.dtype} speed "
-          "| max err (e4m3) |")
-    print("| --- " * 8 + "|")
+          "| max err (e4m3) | e4m3 plan: CTAs x per SM |")
+    print("| --- " * 9 + "|")
     for head_dim in args.head_dims:
         for batch, kv_len in ROWS:
             r = row(lib, batch, kv_len, head_dim, args.repeats, dtype)
@@ -99,7 +102,7 @@ def main() -> None:
                 value = t[name]
                 cells += [f"{value * 1e3:.0f} us", f"{keys * width / (value * 1e-3) / 1e12:.2f}"]
             print(f"| {head_dim} | {batch} x {kv_len // 1024}k | {' | '.join(cells)} | {t['16-bit'] / t['e4m3']:.2f}x "
-                  f"| {r['error']:.1e} |", flush=True)
+                  f"| {r['error']:.1e} | {r['shape']} |", flush=True)
             torch.cuda.empty_cache()
 
 

@@ -38,7 +38,8 @@ template <int HeadDim, bool Long, int KvBytes = 2>
 struct Shape {
     static constexpr int kWarps = HeadDim == 256 ? 2 : 4;
     static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kWarpKeys = Long ? 32 : 16;  // each warp's keys of a stage, in blocks of 16
+    static constexpr bool kDense = Long && KvBytes == 1;  // e4m3's second shape (paged.h)
+    static constexpr int kWarpKeys = Long && !kDense ? 32 : 16;  // each warp's keys of a stage, in blocks of 16
     static constexpr int kBlocks = kWarpKeys / 16;
     static constexpr int kKeys = kWarpKeys * kWarps;  // keys per stage
     static constexpr int kRowBytes = HeadDim * KvBytes;  // of a cache row
@@ -46,20 +47,24 @@ struct Shape {
     static constexpr int kTileBytes = kKeys * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
     static constexpr int kQBytes = 16 * HeadDim * 2;    // q is 16-bit
-    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes); e4m3
-    // stages cost half, so the same budget holds more of them.
-    static constexpr int kCtasPerSm = Long ? 1 : 2;
-    static constexpr int kBudget = Long ? 200 * 1024 : 96 * 1024;
+    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes). e4m3's
+    // dense shape: three CTAs per SM in 64 KiB rings (4 stages at head dim 128), so that 12 warps,
+    // not 8, hide the latency of a stage's chain of loads, widening and mma, which twice the keys
+    // per byte make the limit (docs/design/mixed-and-fp8-kv.md).
+    static constexpr int kCtasPerSm = kDense ? 3 : Long ? 1 : 2;
+    static constexpr int kBudget = kDense ? 64 * 1024 : Long ? 200 * 1024 : 96 * 1024;
     static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
-    // 8 e4m3 stages leave part of the budget unused at head dim 64; it is requested all the same,
-    // so that the CTAs per SM stay the measured shapes' (not 3).
-    static constexpr int kRingBytes = KvBytes == 1 && kBudget / kStageBytes > 8 ? kBudget : kStages * kStageBytes;
+    // At head dim 64 the short e4m3 shape's 8 stages leave part of its budget unused; it is
+    // requested all the same, so that the short shape stays at 2 CTAs per SM (the planner's
+    // choice between the shapes is a choice of CTAs per SM).
+    static constexpr int kRingBytes =
+        KvBytes == 1 && !kDense && kBudget / kStageBytes > 8 ? kBudget : kStages * kStageBytes;
     static constexpr int kSmemBytes = kQBytes + kRingBytes;
     static constexpr int kRowsPerPass = kThreads / kChunks;
     static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
     static_assert(kChunks >= (KvBytes == 2 ? 8 : 4), "the swizzles need 8 chunks per row (e4m3: 4)");
     static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
-    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long), "the planner's chunks are whole stages");
+    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long, KvBytes == 1), "the planner's chunks are whole stages");
     // The epilogue reuses the stages for every warp's (m, l, O).
     static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
 };
@@ -473,7 +478,7 @@ template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_decode(bool long_shape, int* ctas_per_sm) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     if (!long_shape) return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::occupancy(ctas_per_sm);
-    if constexpr (has_long_decode(HeadDim, TileQ)) {
+    if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
         return DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::occupancy(ctas_per_sm);
     }
     *ctas_per_sm = 0;
@@ -486,7 +491,7 @@ cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     cudaError_t error = cudaErrorInvalidValue;  // a long-shape plan for a head dim without one
     if (!a.long_shape) {
         error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, false>::launch(a, stream);
-    } else if constexpr (has_long_decode(HeadDim, TileQ)) {
+    } else if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
         error = DecodeTraits<Dtype, KvDtype, HeadDim, Causal, true>::launch(a, stream);
     }
     if (error != cudaSuccess || !a.split) return error;

@@ -81,14 +81,19 @@ cudaError_t occupancy_paged(bool long_shape, int* ctas_per_sm);
 // second CTA to hide its start, so plans whose CTAs average kLongDecodeMinKeys keys or more use it
 // (measured on the H100: docs/design/decode-plan.md, "Two shapes"). The planner learns whether a
 // kernel has a long shape, and its CTAs per SM, from OccupancyFn.
-constexpr bool has_long_decode(int head_dim, int tile_q) { return tile_q == 16 && head_dim == 128; }
+// e4m3 caches: the second shape is instead "dense", three CTAs per SM of the short shape's
+// stages in 64 KiB rings, at every head dim; planned when the plan fills at most one wave of it
+// (split plans) or, unsplit, when its waves cost no more (docs/design/mixed-and-fp8-kv.md).
+constexpr bool has_long_decode(int head_dim, int tile_q, bool fp8_kv = false) {
+    return tile_q == 16 && (head_dim == 128 || fp8_kv);
+}
 constexpr int kLongDecodeMinKeys = 2048;
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
 // 16-row tiles (the same for e4m3 caches: their stages hold as many keys in half the bytes),
 // launch.cuh's KV tile for 64-row ones.
-constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false) {
-    return tile_q == 16 ? (long_shape ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
+constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false, bool fp8_kv = false) {
+    return tile_q == 16 ? (long_shape && !fp8_kv ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
 }
 
 // The first key any query of a sequence sees under a left window (FlashAttention's, bottom-right

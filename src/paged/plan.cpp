@@ -142,15 +142,21 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
-    // The decode kernel's long shape when its CTAs would be long enough, else the short one.
+    // The decode kernel's long shape when its CTAs would be long enough, else the short one. For
+    // e4m3 caches the second shape is the dense one (paged.h): taken when its schedule fills at
+    // most one wave, or when its waves (each CTA sharing its SM with two others) cost no more
+    // than the short shape's: ceil(ctas / wave) x CTAs per SM, the time of a wave of equal CTAs.
+    const bool fp8_kv = kernel->kv_dtype == FAS_DTYPE_E4M3;
     HostSchedule s;
     bool long_shape = false;
     try {
         if (long_ctas > 0) {
-            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true),
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true, fp8_kv),
                            wave(long_ctas), &s);
-            long_shape = !s.request.empty() &&
-                         s.cta_keys >= int64_t{kLongDecodeMinKeys} * static_cast<int64_t>(s.request.size());
+            const int64_t ctas = static_cast<int64_t>(s.request.size()) * layout.num_heads_k;  // launched
+            const auto waves_cost = [&](int per_sm) { return ceil_div(ctas, wave(per_sm)) * std::max(per_sm, 1); };
+            long_shape = ctas > 0 && (fp8_kv ? ctas <= wave(long_ctas) || waves_cost(long_ctas) <= waves_cost(short_ctas)
+                                             : s.cta_keys >= int64_t{kLongDecodeMinKeys} * ctas);
         }
         if (!long_shape) {
             s = HostSchedule();

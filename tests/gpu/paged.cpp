@@ -451,9 +451,12 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             {"fp8kv-window-softcap", 16, 2, head_dim, true, 32, {1, 1}, {5000, 30}, false, 0, FAS_FAMILY_PAGED, 1000,
              30.f},
         };
-        if (!quick && head_dim == 128) {
-            fp8.push_back({"fp8kv-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
-                           std::vector<int>(40, 4100), false, 1});
+        // The dense shape (3 CTAs per SM) for a plan of one wave, the short one (2) for many CTAs.
+        fp8.push_back({"fp8kv-decode-dense", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                       std::vector<int>(40, quick ? 1000 : 4100), false, 3});
+        if (!quick) {
+            fp8.push_back({"fp8kv-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(400, 1),
+                           std::vector<int>(400, 300), false, 2});
         }
         for (PagedCase& c : fp8) {
             c.fp8_kv = true;
