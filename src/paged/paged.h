@@ -78,7 +78,7 @@ cudaError_t occupancy_paged(bool long_shape, int* ctas_per_sm);
 // The decode kernel (16-row tiles) has two shapes, chosen per plan. Short: two CTAs per SM, each
 // warp 16 keys of a 64-key stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each
 // warp 32 keys of a 128-key stage in a 200 KiB ring; it streams a long chunk faster but has no
-// second CTA to hide its start, so plans whose CTAs average kLongDecodeMinKeys keys or more use it
+// second CTA to hide its start, so plans whose CTAs average more than kLongDecodeMinKeys keys use it
 // (measured on the H100: docs/design/decode-plan.md, "Two shapes"). The planner learns whether a
 // kernel has a long shape, and its CTAs per SM, from OccupancyFn.
 // e4m3 caches: the second shape is instead "dense", three CTAs per SM of the short shape's

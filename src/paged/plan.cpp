@@ -153,10 +153,11 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
         if (long_ctas > 0) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true, fp8_kv),
                            wave(long_ctas), &s);
-            const int64_t ctas = static_cast<int64_t>(s.request.size()) * layout.num_heads_k;  // launched
+            const int64_t per_head = static_cast<int64_t>(s.request.size());  // cta_keys counts one KV head
+            const int64_t ctas = per_head * layout.num_heads_k;                 // launched
             const auto waves_cost = [&](int per_sm) { return ceil_div(ctas, wave(per_sm)) * std::max(per_sm, 1); };
             long_shape = ctas > 0 && (fp8_kv ? ctas <= wave(long_ctas) || waves_cost(long_ctas) <= waves_cost(short_ctas)
-                                             : s.cta_keys >= int64_t{kLongDecodeMinKeys} * ctas);
+                                             : s.cta_keys > int64_t{kLongDecodeMinKeys} * per_head);
         }
         if (!long_shape) {
             s = HostSchedule();
