@@ -52,14 +52,15 @@ struct Options {
     std::vector<int> seqlens{1, 100, 1029};
     uint64_t seed = 20250101;
     bool quick = false;
+    std::string only;  // "" = every group; else attention, paged, append or misuse
 };
 
 void print_usage(FILE* stream, const char* program) {
     std::fprintf(stream,
-                 "usage: %s [--dtype fp16|bf16|all] [--quick] [--seed N]\n"
+                 "usage: %s [--dtype fp16|bf16|all] [--quick] [--seed N] [--only attention|paged|append|misuse]\n"
                  "          [--heads-q N] [--heads-kv N] [--head-dim N] [--causal 0|1] [--seqlens a,b,c]\n"
                  "Without shape options: Qwen2.5-VL-3B LLM and vision shapes, one case per compiled kernel and\n"
-                 "invalid-argument checks. With any of --heads-q/--heads-kv/--head-dim/--causal/--seqlens: only\n"
+                 "invalid-argument checks; --only runs one group of them. With any of --heads-q/--heads-kv/--head-dim/--causal/--seqlens: only\n"
                  "that custom varlen case (defaults 16/2/128/1/1,100,1029).\n"
                  "Exit status: 0 pass, 1 failure, 2 bad arguments, 77 no usable CUDA device.\n",
                  program);
@@ -112,7 +113,11 @@ bool parse_options(int argc, char** argv, Options* options) {
             return false;
         }
         bool ok = true;
-        if (flag == "--dtype") {
+        if (flag == "--only") {
+            options->only = value;
+            ok = options->only == "attention" || options->only == "paged" || options->only == "append" ||
+                 options->only == "misuse";
+        } else if (flag == "--dtype") {
             const std::string dtype = value;
             ok = dtype == "fp16" || dtype == "bf16" || dtype == "all";
             options->run_fp16 = dtype != "bf16";
@@ -426,21 +431,22 @@ int run(const Options& options) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Tally tally;
     uint64_t case_seed = options.seed;
+    const auto group = [&](const char* name) { return options.only.empty() || options.only == name; };
     for (fas_dtype dtype : dtypes) {
         std::vector<AttentionCase> cases;
         if (options.custom) {
             cases.push_back(varlen_case("custom", dtype, options.heads_q, options.heads_kv, options.head_dim,
                                         options.causal, options.seqlens));
-        } else {
+        } else if (group("attention")) {
             cases = default_cases(dtype, options.quick, &tally);
         }
         for (const AttentionCase& c : cases) report_attention_case(c, case_seed++, stream, &tally);
         // Fixed seeds of their own, so the attention cases above keep theirs.
-        if (!options.custom) report_workspace_bounds_cases(dtype, stream, &tally);
-        if (!options.custom) report_paged_cases(dtype, options.quick, stream, &tally);
-        if (!options.custom) report_append_cases(dtype, options.quick, stream, &tally);
+        if (!options.custom && group("attention")) report_workspace_bounds_cases(dtype, stream, &tally);
+        if (!options.custom && group("paged")) report_paged_cases(dtype, options.quick, stream, &tally);
+        if (!options.custom && group("append")) report_append_cases(dtype, options.quick, stream, &tally);
     }
-    if (!options.custom) {
+    if (!options.custom && group("misuse")) {
         report_fwd_misuse_cases(dtypes.front(), stream, &tally);
         // Plan misuse needs a plan that can be made: any kernel of head dim >= 128 for causal
         // dtypes.front() (a plan of either family).
