@@ -122,7 +122,8 @@
  *   than the first version of the struct. The same holds for fas_plan_args, fas_plan_run_args
  *   and fas_plan_info (fields appended in 0.2: kv_layout and what follows it; in 0.3:
  *   fas_plan_args.use_window and what follows it, up to softcap, and fas_plan_info.query_tiles
- *   and packed).
+ *   and packed; in 0.4: fas_plan_args.kv_dtype, fas_plan_info.prefill_family and
+ *   decode_sequences).
  */
 #ifndef FLASH_ATTN_STANDALONE_H
 #define FLASH_ATTN_STANDALONE_H
@@ -236,7 +237,9 @@ typedef struct fas_kernel_info {
                          * tiles: PACKED PLANS; causal 0, serves causal plans too; since 0.3),
                          * "sm90_paged" (over a paged KV cache: chunked
                          * prefill, exact head dim; since 0.2) or "paged" (plans only, exact head
-                         * dim, 9.0; split_kv = 1; listed once per query tile size); static string */
+                         * dim, 9.0; split_kv = 1; listed once per query tile size) or
+                         * "paged_e4m3kv" (the same over an FP8 e4m3 KV cache: dtype is q's; since
+                         * 0.4); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;
 

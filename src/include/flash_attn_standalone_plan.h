@@ -201,7 +201,8 @@
  *   family's kernels: the plan describes the varlen K/V as pages (the largest power of two <= 256 that
  *   divides every sequence's first row) and uploads their ids itself.
  *
- *   Paged plans need an exact head dim (64, 128, 256 where built), fp16/bf16. Paged-family plans'
+ *   Paged plans need an exact head dim (64, 128, 256 where built), fp16/bf16 (caches also e4m3:
+ *   FP8 KV CACHE). Paged-family plans'
  *   runs may write a partial-result buffer the plan owns (fas_plan_info.kv_splits > 1): runs of
  *   such a plan must be ordered with each other (one stream, or joined with events), unlike
  *   other plans. The LSE is token-major ([total_q, num_heads_q], FAS_LSE_TOKEN_MAJOR). *
@@ -371,7 +372,8 @@ typedef struct fas_plan_info {
                            * themselves) */
     int ctas_per_sm;      /* paged, SM90: CTAs per SM the attention launch is planned for; the
                            * decode kernel (16-row tiles) runs 1 for long KV chunks (CTAs averaging
-                           * 2048+ keys, head dim 128), else 2; SM90 plans 1 */
+                           * more than 2048 keys, head dim 128), else 2; over an FP8 KV cache 3
+                           * when the plan fills at most a wave of those, else 2; SM90 plans 1 */
 
     /* ---- appended in 0.3 ---- */
     int query_tiles;      /* SM90: query tiles the plan's schedule lists per query head (causal plans
