@@ -78,6 +78,24 @@ fas_status resolve_page_stride(int64_t given, int64_t row_stride, int page_size,
     return FAS_SUCCESS;
 }
 
+// The caches' element type: dtype (kv_dtype 0 or dtype), or e4m3 under 16-bit q of a paged plan.
+fas_status resolve_kv_dtype(const fas_plan_args& args, fas_dtype* kv_dtype) {
+    *kv_dtype = args.dtype;
+    if (args.kv_dtype == FAS_DTYPE_FP16 || args.kv_dtype == args.dtype) return FAS_SUCCESS;
+    if (args.kv_dtype != FAS_DTYPE_E4M3) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("kv_dtype ", static_cast<int>(args.kv_dtype), " is not valid here; pass 0 (the caches "
+                           "hold dtype) or FAS_DTYPE_E4M3 (an FP8 KV cache)"));
+    }
+    if (args.kv_layout != FAS_KV_PAGED || !is_16bit_dtype(args.dtype)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "kv_dtype FAS_DTYPE_E4M3 (an FP8 KV cache) needs kv_layout FAS_KV_PAGED and dtype FAS_DTYPE_FP16 "
+                    "or FAS_DTYPE_BF16 (q and out stay 16-bit)");
+    }
+    *kv_dtype = FAS_DTYPE_E4M3;
+    return FAS_SUCCESS;
+}
+
 fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout) {
     const struct {
         int64_t given;
@@ -95,6 +113,16 @@ fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout*
             resolve_page_stride(cache.given, cache.row_stride, kv->page_size, cache.name, cache.resolved);
         if (status != FAS_SUCCESS) return status;
         *cache.span = paged_span_elements(kv->num_pages, kv->page_size, *cache.resolved, cache.row_stride, row_elements);
+        // The decode kernel loads e4m3 cache rows in 16-byte units of 16 elements.
+        for (const auto& [stride, name] : {std::pair<int64_t, const char*>{cache.row_stride, "row stride"},
+                                           std::pair<int64_t, const char*>{*cache.resolved, cache.name}}) {
+            if (has_fp8_kv_cache(*layout) && stride % 16 != 0) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT,
+                            concat(cache.name[0] == 'k' ? "k " : "v ", name, " is ", stride,
+                                   " elements; an e4m3 KV cache's rows and pages must be multiples of 16 "
+                                   "elements (16 bytes) apart"));
+            }
+        }
     }
     if (args.page_indices_host != nullptr) {
         const fas_status status = check_host_array(args.page_indices_host, "page_indices_host", "total_pages int32 page ids");

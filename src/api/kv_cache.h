@@ -45,7 +45,11 @@ inline int64_t paged_span_elements(int num_pages, int page_size, int64_t page_st
     return (num_pages - 1) * page_stride + (page_size - 1) * row_stride + row_elements;
 }
 
-// Page strides (0 = page_size * row stride), their limits, the caches' spans for the tensor
+// The caches' element type from fas_plan_args.kv_dtype: dtype (0 or dtype), or FAS_DTYPE_E4M3
+// for a paged plan of 16-bit q (an FP8 KV cache).
+fas_status resolve_kv_dtype(const fas_plan_args& args, fas_dtype* kv_dtype);
+
+// Page strides (0 = page_size * row stride), their limits (e4m3 caches: multiples of 16), the caches' spans for the tensor
 // checks, and the optional host page ids.
 fas_status resolve_paged_strides(const fas_plan_args& args, KvCache* kv, Layout* layout);
 

@@ -103,24 +103,6 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
     return FAS_SUCCESS;
 }
 
-// The caches' element type: dtype (kv_dtype 0 or dtype), or e4m3 under 16-bit q of a paged plan.
-fas_status resolve_kv_dtype(const fas_plan_args& args, fas_dtype* kv_dtype) {
-    *kv_dtype = args.dtype;
-    if (args.kv_dtype == FAS_DTYPE_FP16 || args.kv_dtype == args.dtype) return FAS_SUCCESS;
-    if (args.kv_dtype != FAS_DTYPE_E4M3) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("kv_dtype ", static_cast<int>(args.kv_dtype), " is not valid here; pass 0 (the caches "
-                           "hold dtype) or FAS_DTYPE_E4M3 (an FP8 KV cache)"));
-    }
-    if (args.kv_layout != FAS_KV_PAGED || !is_16bit_dtype(args.dtype)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    "kv_dtype FAS_DTYPE_E4M3 (an FP8 KV cache) needs kv_layout FAS_KV_PAGED and dtype FAS_DTYPE_FP16 "
-                    "or FAS_DTYPE_BF16 (q and out stay 16-bit)");
-    }
-    *kv_dtype = FAS_DTYPE_E4M3;
-    return FAS_SUCCESS;
-}
-
 // The plan's layout from its arguments, host offsets and KV cache, validated.
 fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, KvCache* kv, Layout* layout) {
     const int batch_size = args.batch_size;
@@ -144,20 +126,6 @@ fas_status resolve_plan_layout(const fas_plan_args& args, fas_dtype out_dtype, K
     if (const fas_status status = resolve_masks(args, layout); status != FAS_SUCCESS) return status;
     if (kv->paged) {
         if (const fas_status status = resolve_paged_strides(args, kv, layout); status != FAS_SUCCESS) return status;
-    }
-    if (has_fp8_kv_cache(l)) {
-        // The decode kernel loads cache rows in 16-byte units of 16 e4m3 elements.
-        const std::pair<int64_t, const char*> strides[] = {{l.k_row_stride, "k_row_stride"},
-                                                           {l.v_row_stride, "v_row_stride"},
-                                                           {kv->k_page_stride, "k_page_stride"},
-                                                           {kv->v_page_stride, "v_page_stride"}};
-        for (const auto& [stride, name] : strides) {
-            if (stride % 16 != 0) {
-                return fail(FAS_ERROR_INVALID_ARGUMENT,
-                            concat(name, " is ", stride, " elements; an e4m3 KV cache's rows and pages must be "
-                                   "multiples of 16 elements (16 bytes) apart"));
-            }
-        }
     }
     if (l.dtype == FAS_DTYPE_E4M3) {
         // TMA moves 16-byte units: a row of 1-byte elements must start 16-byte aligned.
