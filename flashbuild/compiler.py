@@ -184,13 +184,20 @@ class EntryCompiler:
             h.update(path.read_bytes())
         return h.hexdigest()
 
-    def _key(self, source: Path, flags: list[str], upstream: Upstream | None, extra: str = "") -> str:
+    def _route_for(self, kind: str):
+        """The route a TU compiles by: host TUs stay off a build cluster (seconds each; sccache
+        0.16.0's remote ptxas fails on their near-empty PTX: docs/design/reproducible-builds.md)
+        and compile here, directly."""
+        return None if self.route and self.route.cluster and kind == "host" else self.route
+
+    def _key(self, source: Path, flags: list[str], upstream: Upstream | None, extra: str = "",
+             kind: str = "kernel") -> str:
         """The object's cache key. The flags name host paths; the container sees the clone at one
         fixed path, so the key holds them relative to the clone and two clones share keys."""
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
         portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
-        route = self.route.key_part if self.route else ""
+        route = self._route_for(kind).key_part if self._route_for(kind) else ""
         return _digest((source.read_text(), portable_flags, self.image.image_id, pin, headers, extra,
                         fixed_pid.KEY_PART, route))
 
@@ -206,10 +213,10 @@ class EntryCompiler:
         """Host TUs see the registry; its text is in their key, since the file's path is not."""
         source = self.repo_root / host.source
         if host.plain_c:
-            return TUSpec(host.name, "host", source, PLAIN_C_FLAGS, self._key(source, PLAIN_C_FLAGS, None))
+            return TUSpec(host.name, "host", source, PLAIN_C_FLAGS, self._key(source, PLAIN_C_FLAGS, None, kind="host"))
         flags = self.common_flags() + self.project_flags() + self.upstream_flags(host.upstream) + self.api_flags()
         return TUSpec(host.name, "host", source, flags,
-                      self._key(source, flags, host.upstream, self.registry.read_text()))
+                      self._key(source, flags, host.upstream, self.registry.read_text(), kind="host"))
 
     def artifact_key(self) -> str:
         """A key over every input of the entry's artifact: each TU's object key, the link's
@@ -236,8 +243,9 @@ class EntryCompiler:
         time_path.unlink(missing_ok=True)
         partial = obj.with_suffix(".o.partial")
         nvcc = ["nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
+        route = self._route_for(kind)
         argv, environment = fixed_pid.wrap(["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
-                                            *(self.route.wrap(nvcc) if self.route else nvcc)], self.shim, name)
+                                            *(route.wrap(nvcc) if route else nvcc)], self.shim, name)
         started = time.monotonic()
         result = self.container.exec(argv, log_path=log_path, environment=environment)
         wall = time.monotonic() - started

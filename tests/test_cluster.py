@@ -3,8 +3,10 @@ servers on 127.0.0.1, started and stopped by one context manager; a TU compiled 
 compiled on the servers, not here."""
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +58,29 @@ def test_a_server_token_is_made_from_a_key_that_begins_with_a_dash(repo, tmp_pat
     cluster = LocalCluster(binaries(repo, tmp_path)["sccache-dist"], tmp_path / "cluster")
     token = cluster.server_token("-rcUffIkXBI0fbRGZ8jfLQFU9UzimjpFTLSykyRtvsY", "127.0.0.1:10501")
     assert token.count(".") == 2  # a JWT: header.payload.signature
+
+
+@needs_root_and_bwrap
+def test_smoke_builds_through_two_local_servers_and_no_step_falls_back_to_this_machine(repo, tmp_path):
+    """The build's cluster route end to end: the kernel TU's nvcc steps compile on the servers
+    (host TUs stay here: compiler.py), none falls back to this machine, the artifact verifies.
+    (Byte-identical objects across two such builds do not hold yet: reproducible-builds.md.)"""
+    tools = binaries(repo, tmp_path)
+    version = (repo / "VERSION").read_text().strip()
+    artifact = repo / "artifacts" / version / "smoke-cuda12.4-sm90a"
+    for stale in (repo / "build" / "objects").glob("fa2_fwd_hdim64_fp16_sm90-*.o"):
+        stale.unlink()  # so that the kernel TU compiles, whatever ran before
+    with LocalCluster(tools["sccache-dist"], tmp_path / "cluster", servers=2) as cluster:
+        environment = {**os.environ, "SCCACHE_CONF": str(cluster.client_config()),
+                       "SCCACHE_DIR": str(tmp_path / "cache"), "FLASHBUILD_DIST_MEMORY_GB": "16"}
+        result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--sccache"],
+                                cwd=repo, env=environment, capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = re.search(r"sccache-dist: (\d+) step\(s\) compiled on \d+ server\(s\).*, (\d+) fell back", result.stdout)
+    assert counts and int(counts[1]) >= 3 and counts[2] == "0", result.stdout[-3000:]
+    assert (artifact / "manifest.json").is_file()
+    assert cluster.running() == []
+    # The next tests build smoke without the cluster: leave them no artifact of this route.
+    shutil.rmtree(artifact)
+    for tarball in artifact.parent.glob("flash_attn_standalone-*-smoke-*"):
+        tarball.unlink()
