@@ -300,8 +300,10 @@ class EntryCompiler:
 
         outcomes: list[Outcome] = run_jobs(self.jobs(), runner, budget, events)
         results = [o.result for o in outcomes if isinstance(o.result, TUResult)]
-        if self.route is None:  # through sccache, GNU time sees only the client's memory
-            self.stats.record(self.plan.entry, results)
+        # Through sccache GNU time sees only the client's memory: record what compiled directly.
+        direct = [result for result in results if self._route_for(result.kind) is None]
+        if direct:
+            self.stats.record(self.plan.entry, direct)
         for outcome in outcomes:
             if not outcome.ok:
                 if isinstance(outcome.result, TUResult) and outcome.result.log_path:
