@@ -197,9 +197,9 @@ class EntryCompiler:
         pin = self.sources[upstream.pin].pin.sha256 if upstream else ""
         headers = self._headers_digest(source, upstream.keyed_folders if upstream else ())
         portable_flags = json.dumps(flags).replace(str(self.repo_root), "<clone>")
-        route = self._route_for(kind).key_part if self._route_for(kind) else ""
+        route = self._route_for(kind)
         return _digest((source.read_text(), portable_flags, self.image.image_id, pin, headers, extra,
-                        fixed_pid.KEY_PART, route))
+                        fixed_pid.KEY_PART, route.key_part if route else ""))
 
     def kernel_spec(self, tu: KernelTU) -> TUSpec:
         source = self.repo_root / tu.source

@@ -14,6 +14,15 @@ namespace fas {
 
 namespace {
 
+// fas_plan_info of a part (a plan of this library: the call cannot fail).
+fas_plan_info part_info(const fas_plan* part) {
+    fas_plan_info info;
+    std::memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    plan_info(part, &info);
+    return info;
+}
+
 bool decode_shaped(const fas_plan_args& args, int sequence) {
     return args.cu_seqlens_q[sequence + 1] - args.cu_seqlens_q[sequence] <= kMaxDecodeQueries;
 }
@@ -71,14 +80,9 @@ fas_status create_mixed_plan(const fas_plan_args& args, int split, std::unique_p
         create_part(args, split, args.batch_size - split, &second) != FAS_SUCCESS) {
         return FAS_SUCCESS;
     }
-    fas_status status = FAS_SUCCESS;
     // Worth two launches only where the decode part gets the decode kernel (16-row tiles); its
     // 64-row tiles are what one plan of the whole batch would give those sequences anyway.
-    fas_plan_info decode;
-    std::memset(&decode, 0, sizeof(decode));
-    decode.struct_size = sizeof(decode);
-    status = plan_info(plan->decode.plan, &decode);
-    if (status != FAS_SUCCESS) return status;
+    const fas_plan_info decode = part_info(plan->decode.plan);
     if (decode.family != FAS_FAMILY_PAGED || decode.query_tile_rows != 16) return FAS_SUCCESS;
     // The parts run concurrently: a prefill of few query tiles leaves SMs to the decode CTAs
     // (measured against back-to-back launches: docs/design/mixed-and-fp8-kv.md).
@@ -126,13 +130,7 @@ fas_status retire_mixed_plan(MixedPlan* plan, cudaStream_t stream) {
 }
 
 void mixed_plan_info(const MixedPlan& plan, fas_plan_info* info) {
-    fas_plan_info decode, prefill;
-    for (fas_plan_info* part : {&decode, &prefill}) {
-        std::memset(part, 0, sizeof(*part));
-        part->struct_size = sizeof(*part);
-    }
-    plan_info(plan.decode.plan, &decode);
-    plan_info(plan.prefill.plan, &prefill);
+    const fas_plan_info decode = part_info(plan.decode.plan), prefill = part_info(plan.prefill.plan);
     info->kernel_head_dim = prefill.kernel_head_dim;
     info->device_bytes = decode.device_bytes + prefill.device_bytes;
     info->kv_splits = std::max(decode.kv_splits, prefill.kv_splits);

@@ -1,0 +1,50 @@
+// The decode kernel's shapes (decode.cuh): warps, keys per stage, stages and shared memory of
+// each (short, long; e4m3 caches: short and dense), tied to the planner's KV tiles (paged.h).
+#ifndef FAS_PAGED_DECODE_SHAPE_H
+#define FAS_PAGED_DECODE_SHAPE_H
+
+#include "paged/paged.h"
+
+namespace fas_paged {
+namespace decode {
+
+// KvBytes: bytes per cache element (2, or 1 for e4m3).
+template <int HeadDim, bool Long, int KvBytes = 2>
+struct Shape {
+    static constexpr int kWarps = HeadDim == 256 ? 2 : 4;
+    static constexpr int kThreads = 32 * kWarps;
+    static constexpr bool kDense = Long && KvBytes == 1;  // e4m3's second shape (paged.h)
+    static constexpr int kWarpKeys = Long && !kDense ? 32 : 16;  // each warp's keys of a stage, in blocks of 16
+    static constexpr int kBlocks = kWarpKeys / 16;
+    static constexpr int kKeys = kWarpKeys * kWarps;  // keys per stage
+    static constexpr int kRowBytes = HeadDim * KvBytes;  // of a cache row
+    static constexpr int kChunks = kRowBytes / 16;      // 16-byte chunks per cache row
+    static constexpr int kTileBytes = kKeys * kRowBytes;
+    static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
+    static constexpr int kQBytes = 16 * HeadDim * 2;    // q is 16-bit
+    // As many stages as fit in the CTA's share of shared memory (paged.h: the two shapes). e4m3's
+    // dense shape: three CTAs per SM in 64 KiB rings (4 stages at head dim 128), so that 12 warps,
+    // not 8, hide the latency of a stage's chain of loads, widening and mma, which twice the keys
+    // per byte make the limit (docs/design/mixed-and-fp8-kv.md).
+    static constexpr int kCtasPerSm = kDense ? 3 : Long ? 1 : 2;
+    static constexpr int kBudget = kDense ? 64 * 1024 : Long ? 200 * 1024 : 96 * 1024;
+    static constexpr int kStages = kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
+    // At head dim 64 the short e4m3 shape's 8 stages leave part of its budget unused; it is
+    // requested all the same, so that the short shape stays at 2 CTAs per SM (the planner's
+    // choice between the shapes is a choice of CTAs per SM).
+    static constexpr int kRingBytes =
+        KvBytes == 1 && !kDense && kBudget / kStageBytes > 8 ? kBudget : kStages * kStageBytes;
+    static constexpr int kSmemBytes = kQBytes + kRingBytes;
+    static constexpr int kRowsPerPass = kThreads / kChunks;
+    static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
+    static_assert(kChunks >= (KvBytes == 2 ? 8 : 4), "the swizzles need 8 chunks per row (e4m3: 4)");
+    static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
+    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long, KvBytes == 1), "the planner's chunks are whole stages");
+    // The epilogue reuses the stages for every warp's (m, l, O).
+    static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
+};
+
+}  // namespace decode
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_DECODE_SHAPE_H
