@@ -41,7 +41,13 @@ class Status:
 
 
 class LocalCluster:
-    def __init__(self, sccache_dist: Path, workdir: Path, servers: int = 2, ready_timeout_s: float = 30.0):
+    def __init__(self, sccache_dist: Path, workdir: Path, servers: int = 2, ready_timeout_s: float = 30.0,
+                 cpu_sets: list[set[int]] | None = None):
+        """cpu_sets: pin server i to those CPUs (it then offers that many: sccache-dist counts the CPUs
+        it may run on), so that servers on one machine do not offer its cores twice."""
+        if cpu_sets is not None and len(cpu_sets) != servers:
+            raise ValueError(f"{len(cpu_sets)} cpu sets for {servers} servers")
+        self.cpu_sets = cpu_sets
         self.binary = Path(sccache_dist)
         self.workdir = Path(workdir)
         self.count = servers
@@ -104,10 +110,12 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             configs = self._write_configs()
-            for role, config in zip(["scheduler"] + ["server"] * self.count, configs):
+            pins = [None] + (self.cpu_sets or [None] * self.count)
+            for role, config, cpus in zip(["scheduler"] + ["server"] * self.count, configs, pins):
                 log = open(self.workdir / f"{config.stem}.log", "w")
+                pin = (lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus else None
                 self.processes.append(subprocess.Popen([str(self.binary), role, "--config", str(config)],
-                                                       stdout=log, stderr=subprocess.STDOUT,
+                                                       stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin,
                                                        env={**os.environ, "RUST_LOG": "info"}))
             self._wait_ready()
         except BaseException:

@@ -53,6 +53,14 @@ def test_a_tu_compiled_through_the_local_cluster_runs_on_its_servers_and_the_pro
     assert cluster.running() == []  # the daemons are gone
 
 
+@needs_root_and_bwrap
+def test_servers_pinned_to_cpus_offer_only_those_cpus(repo, tmp_path):
+    """Two servers on one machine would each offer all its cores; pinned, each offers its set."""
+    with LocalCluster(binaries(repo, tmp_path)["sccache-dist"], tmp_path / "cluster", servers=2,
+                      cpu_sets=[{0}, {0}]) as cluster:
+        assert (cluster.status().servers, cluster.status().cpus) == (2, 2)
+
+
 def test_a_server_token_is_made_from_a_key_that_begins_with_a_dash(repo, tmp_path):
     """sccache-dist's keys are base64url; one in 64 begins with '-' (a CI run failed on one)."""
     cluster = LocalCluster(binaries(repo, tmp_path)["sccache-dist"], tmp_path / "cluster")
