@@ -11,6 +11,7 @@ user, so everything written under build/ belongs to them.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import uuid
 from dataclasses import dataclass
@@ -99,7 +100,9 @@ class ToolchainContainer:
     def inside(self, text: str) -> str:
         """text with the repository's host path replaced by its path in the container (in
         flags too, e.g. -I/host/clone/src)."""
-        return text.replace(str(self.repo_root), MOUNT_POINT)
+        # Only the whole path: a sibling such as /tmp/clone-work (beside /tmp/clone) stays as it is.
+        root = re.escape(str(self.repo_root))
+        return re.sub(rf"{root}(?=/|$|[^\w.-])", MOUNT_POINT, text)
 
     def exec(self, argv: list[str], log_path: Path | None = None,
              environment: dict[str, str] | None = None) -> ExecResult:

@@ -108,3 +108,17 @@ def test_the_log_says_where_the_steps_compiled_and_warns_of_every_fallback():
     assert lines[1].startswith("warning: 1 distributed compile step(s) ran on this machine") and "ldd" in lines[1]
     assert dist.report(dist.dist_counts(STATS.replace("compilations            1", "compilations            0"))) \
         == [lines[0].replace("1 fell back", "0 fell back")]
+
+
+def test_a_folder_beside_the_clone_whose_name_extends_the_clones_keeps_its_own_path_in_the_container(tmp_path):
+    """A clone at /x/m16 and the cluster's files at /x/m16work: only the clone's own paths move
+    to the mount point (a prefix match once sent SCCACHE_CONF to /flashbuild/srcwork/...)."""
+    from flashbuild.container import MOUNT_POINT, ToolchainContainer
+
+    clone = tmp_path / "m16"
+    clone.mkdir()
+    container = ToolchainContainer(None, "image", clone, "test")
+    assert container.inside(f"{tmp_path}/m16work/client.conf") == f"{tmp_path}/m16work/client.conf"
+    assert container.inside(f"{tmp_path}/m16.conf") == f"{tmp_path}/m16.conf"
+    assert container.inside(f"-I{clone}/src -o {clone}") == f"-I{MOUNT_POINT}/src -o {MOUNT_POINT}"
+    assert container.inside(f"--keep={clone}:{clone}/b") == f"--keep={MOUNT_POINT}:{MOUNT_POINT}/b"
