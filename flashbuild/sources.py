@@ -13,20 +13,17 @@ import html.parser
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
-import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from .archive import safe_extract
 from .errors import ConfigError, SourceError
 from .hashing import sha256_of
 
@@ -211,59 +208,6 @@ def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = Fa
             fix="the index served a different file; do not use it",
         )
     return cached
-
-
-def _check_member(member: tarfile.TarInfo, root: Path) -> None:
-    name = member.name
-    target = (root / name).resolve()
-    if name.startswith("/") or ".." in Path(name).parts or not target.is_relative_to(root):
-        raise SourceError(f"archive member '{name}' would land outside the tree", fix="do not use this archive")
-    if member.issym() or member.islnk():
-        link_base = target.parent if member.issym() else root
-        link_target = (link_base / member.linkname).resolve()
-        if member.linkname.startswith("/") or not link_target.is_relative_to(root):
-            raise SourceError(
-                f"archive member '{name}' links to '{member.linkname}', outside the tree", fix="do not use this archive"
-            )
-    elif not (member.isfile() or member.isdir()):
-        raise SourceError(f"archive member '{name}' is a device or fifo", fix="do not use this archive")
-
-
-def _extract_zip(archive: Path, staging: Path, root: Path) -> None:
-    with zipfile.ZipFile(archive) as bundle:
-        for info in bundle.infolist():
-            name = info.filename
-            target = (root / name).resolve()
-            if name.startswith("/") or ".." in Path(name).parts or not target.is_relative_to(root):
-                raise SourceError(f"archive member '{name}' would land outside the tree", fix="do not use this archive")
-            if stat.S_ISLNK(info.external_attr >> 16):
-                raise SourceError(f"archive member '{name}' is a symbolic link", fix="do not use this archive")
-        bundle.extractall(staging)
-
-
-def safe_extract(archive: Path, destination: Path) -> None:
-    """Extract a tar or zip (wheel) archive to destination atomically, refusing absolute
-    paths, '..' and links that leave the tree."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
-    try:
-        root = staging.resolve()
-        if zipfile.is_zipfile(archive):
-            _extract_zip(archive, staging, root)
-        else:
-            with tarfile.open(archive) as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member, root)
-                tar.extractall(staging, members=members, filter="data")
-        if destination.exists():
-            shutil.rmtree(destination)
-        os.replace(staging, destination)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
-        raise SourceError(f"cannot extract {archive.name}: {exc}", fix="delete the cached file and fetch again") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def fetch(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False, log=print) -> FetchedSource:

@@ -2,17 +2,19 @@
 
 import hashlib
 import io
+import os
 import tarfile
 
 import pytest
 
+from flashbuild import archive as archive_module
 from flashbuild import sources
 from flashbuild.errors import SourceError
 
 
 def make_tar(path, members):
     """members: list of (TarInfo-updating dict, bytes or None)."""
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w:gz") if not isinstance(path, io.BytesIO) else tarfile.open(fileobj=path, mode="w") as tar:
         for spec, data in members:
             info = tarfile.TarInfo(spec["name"])
             for key, value in spec.items():
@@ -155,3 +157,69 @@ def test_the_repo_names_no_index_host(repo):
         text = path.read_text(errors="replace")
         for host in FORBIDDEN_HOSTS:
             assert host not in text, f"{path} names {host}"
+
+
+def symlink(name, target):
+    return ({"name": name, "type": tarfile.SYMTYPE, "linkname": target}, None)
+
+
+@pytest.mark.parametrize("members, refused", [
+    # Neither link leaves the tree on its own; resolved through l2, l1 is ../outside.
+    ([symlink("l2", "."), symlink("l1", "l2/../outside")], "l1"),
+    # The same one folder down.
+    ([symlink("demo-1.0/l2", "."), symlink("demo-1.0/l1", "l2/../../outside")], "demo-1.0/l1"),
+    # An earlier link is harmless until a later one changes what its path means.
+    ([symlink("demo-1.0/l1", "d/../../outside"), symlink("demo-1.0/d", ".")], "demo-1.0/l1"),
+    # A link into a link that points up.
+    ([symlink("demo-1.0/up", ".."), symlink("demo-1.0/x", "up/../etc")], "demo-1.0/x"),
+    ([symlink("a", "b"), symlink("b", "a")], "a"),  # a loop, found when b closes it
+    ([({"name": "demo-1.0/hard", "type": tarfile.LNKTYPE, "linkname": "../etc/passwd"}, None)], "demo-1.0/hard"),
+])
+def test_the_member_check_itself_refuses_links_that_leave_the_tree_through_other_links(members, refused):
+    archive = io.BytesIO()
+    make_tar(archive, [({"name": "demo-1.0/ok.h"}, b"ok"), *members])
+    archive.seek(0)
+    with tarfile.open(fileobj=archive) as tar:
+        infos = tar.getmembers()
+    with pytest.raises(SourceError) as raised:
+        archive_module.check_tar_members(infos)  # without Python's tar filter
+    assert raised.value.message.startswith(f"archive member '{refused}' ")
+    assert ("loop of links" if refused == "a" else "outside the tree") in raised.value.message
+
+
+def test_a_symlink_chain_is_refused_before_anything_is_extracted(tmp_path):
+    archive = make_tar(tmp_path / "chain.tar.gz", [symlink("l2", "."), symlink("l1", "l2/../outside")])
+    destination = tmp_path / "third_party" / "demo-1.0"
+    with pytest.raises(SourceError, match=r"archive member 'l1' links to 'l2/\.\./outside', outside the tree"):
+        sources.safe_extract(archive, destination)
+    assert list((tmp_path / "third_party").iterdir()) == []
+
+
+def test_links_that_stay_inside_through_other_links_are_kept(tmp_path):
+    archive = make_tar(tmp_path / "demo-1.0.tar.gz", [
+        ({"name": "demo-1.0/lib64/a.h"}, b"int a;\n"),
+        symlink("demo-1.0/src", "lib64"),
+        symlink("demo-1.0/cutlass", "src/../src"),
+        symlink("demo-1.0/lib64/self", "../src/a.h"),
+    ])
+    fetched = sources.fetch(pin_for(archive), tmp_path / "third_party", local=archive, log=lambda m: None)
+    assert (fetched.path("cutlass") / "self").read_text() == "int a;\n"
+
+
+def truncated_archive(tmp_path):
+    whole = make_tar(tmp_path / "whole.tar.gz", [({"name": f"demo-1.0/src/{i}.h"}, os.urandom(50_000))
+                                                 for i in range(8)])
+    cut = tmp_path / "demo-1.0.tar.gz"
+    cut.write_bytes(whole.read_bytes()[:200_000])
+    return cut
+
+
+def test_a_truncated_archive_is_a_source_error_naming_it(tmp_path):
+    archive = truncated_archive(tmp_path)
+    destination = tmp_path / "third_party" / "demo-1.0"
+    with pytest.raises(SourceError) as raised:
+        sources.safe_extract(archive, destination)
+    assert f"{archive} is truncated or corrupt" in raised.value.message
+    assert f"delete {archive} and fetch it again" in raised.value.fix
+    assert list((tmp_path / "third_party").iterdir()) == [], "nothing half-extracted"
+
