@@ -75,6 +75,11 @@ def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: b
         raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
                           f"{', '.join(sorted(unpinned))}",
                           fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+    unused = set(local or {}) - set(pins if only is None else only)
+    if unused:  # a --local the build would not read must not look as if it had been used
+        raise ConfigError(f"--local {', '.join(sorted(unused))}: this build does not use "
+                          f"{'it' if len(unused) == 1 else 'them'} (it needs {', '.join(sorted(only))})",
+                          fix="leave it out, or put it into third_party/ with `invoke fetch --local NAME=PATH`")
     return {name: sources.fetch(pin, paths.third_party, (local or {}).get(name), offline, log)
             for name, pin in pins.items() if only is None or name in only}
 

@@ -1,10 +1,14 @@
 """Upstream sources: resolve through pip's index, download once, verify, extract safely.
 
 `pip download flash-attn` cannot be used: pip builds the sdist's metadata, which imports
-torch. Wheels (flashinfer-python) are zip files and are extracted the same careful way. So the file is looked up on the simple index pip itself is configured with
+torch. So the file is looked up on the simple index pip itself is configured with
 (`pip config`, else pip's built-in default), downloaded directly, and checked against
 the sha256 in sources.lock.yaml. Downloads are cached by hash, so later runs (and
-`--offline`) need no network; a local file can be named instead.
+`--offline`) need no network; a cached copy whose hash no longer matches is downloaded
+again (with `--offline`: reported as corrupt, with both hashes). A local file can be named
+instead (`--local NAME=PATH`): it is checked against the pin and extracted from even when
+the cache or third_party/ already hold the source, never silently passed over.
+Extraction: archive.py.
 """
 
 from __future__ import annotations
@@ -175,28 +179,70 @@ def _download(url: str, destination: Path) -> None:
         raise SourceError(f"download of {url} failed: {getattr(exc, 'reason', exc)}", fix="retry, or pass --local") from None
 
 
-def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = False, log=print) -> Path:
-    """Return a cached, hash-verified copy of the pinned archive."""
-    cached = cache_dir() / pin.sha256 / pin.filename
-    if cached.is_file() and sha256_of(cached) == pin.sha256:
-        return cached
-    if local is not None:
-        if not local.is_file():
-            raise SourceError(f"--local file {local} does not exist", fix="name an existing file")
-        found = sha256_of(local)
-        if found != pin.sha256:
-            raise SourceError(
-                f"{local} has sha256 {found}, but sources.lock.yaml pins {pin.name} {pin.version} to {pin.sha256}",
-                fix=f"pass the genuine {pin.filename}",
-            )
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, cached)
-        return cached
-    if offline:
+def cached_path(pin: SourcePin) -> Path:
+    return cache_dir() / pin.sha256 / pin.filename
+
+
+def check_local(pin: SourcePin, local: Path) -> None:
+    """A --local file must be the pinned one: refused (never ignored) when it is not."""
+    if not local.is_file():
+        raise SourceError(f"--local {pin.name}={local}: no such file", fix=f"name an existing copy of {pin.filename}")
+    found = sha256_of(local)
+    if found != pin.sha256:
         raise SourceError(
-            f"{pin.filename} is not in the download cache ({cached.parent}) and --offline was given",
-            fix=f"run once with network access, or pass --local {pin.name}=PATH",
+            f"--local {pin.name}={local} has sha256 {found}, but sources.lock.yaml pins {pin.name} {pin.version} "
+            f"to {pin.sha256}",
+            fix=f"pass the genuine {pin.filename}, or leave --local out to use the download cache or the index",
         )
+
+
+def _corrupt(pin: SourcePin, cached: Path, found: str) -> SourceError:
+    return SourceError(
+        f"the download cache's {cached} is corrupt: its sha256 is {found}, sources.lock.yaml pins {pin.sha256}",
+        fix=f"delete it (rm {cached}) and fetch again with network access (`invoke fetch`), "
+            f"or pass --local {pin.name}=PATH",
+    )
+
+
+def _not_cached(pin: SourcePin, cached: Path) -> SourceError:
+    return SourceError(
+        f"{pin.filename} is not in the download cache ({cached.parent}) and --offline was given",
+        fix=f"run once with network access, or pass --local {pin.name}=PATH",
+    )
+
+
+def _cached_sha256(cached: Path) -> str | None:
+    return sha256_of(cached) if cached.is_file() else None
+
+
+def _copy_into_cache(source: Path, cached: Path) -> None:
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(cached.name + ".part")
+    shutil.copyfile(source, partial)
+    os.replace(partial, cached)  # never a half-copied file under the pinned name
+
+
+def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = False, log=print) -> Path:
+    """A hash-verified copy of the pinned archive: the --local file when one is named (it also
+    fills the cache), else the cached copy, else a download. A cached copy whose hash is wrong
+    is downloaded again, or with --offline reported as corrupt."""
+    cached = cached_path(pin)
+    found = _cached_sha256(cached)
+    if local is not None:
+        check_local(pin, local)
+        if found != pin.sha256:
+            if found is not None:
+                log(f"replacing the corrupt {cached} (sha256 {found}) with --local {local}")
+            _copy_into_cache(local, cached)
+        return local
+    if found == pin.sha256:
+        return cached
+    if found is not None:
+        if offline:
+            raise _corrupt(pin, cached, found)
+        log(f"the cached {cached.name} is corrupt (sha256 {found}, expected {pin.sha256}); downloading it again")
+    elif offline:
+        raise _not_cached(pin, cached)
     url = resolve_url(pin)
     log(f"downloading {pin.filename}")
     _download(url, cached)
@@ -210,19 +256,45 @@ def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = Fa
     return cached
 
 
-def fetch(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False, log=print) -> FetchedSource:
+def _extracted(pin: SourcePin, root: Path) -> bool:
+    try:
+        return json.loads((root / STAMP).read_text()).get("sha256") == pin.sha256
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def describe(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False) -> str:
+    """What `fetch` would do for `pin`, found without downloading or extracting anything (the
+    dry run's pre-flight). Raises the SourceError that fetch would raise."""
     root = third_party / pin.extract_dir_name
-    stamp = root / STAMP
-    if stamp.is_file():
-        try:
-            if json.loads(stamp.read_text()).get("sha256") == pin.sha256:
-                return FetchedSource(pin, root)
-        except (OSError, ValueError):
-            pass
+    if local is not None:
+        check_local(pin, local)
+        return f"--local {local} matches the pin; would be extracted into {root}"
+    if _extracted(pin, root):
+        return f"extracted in {root}"
+    cached = cached_path(pin)
+    found = _cached_sha256(cached)
+    if found == pin.sha256:
+        return f"in the download cache ({cached}), sha256 matches; would be extracted"
+    if found is not None:
+        if offline:
+            raise _corrupt(pin, cached, found)
+        return f"the cached {cached} is corrupt (sha256 {found}); would be downloaded again"
+    if offline:
+        raise _not_cached(pin, cached)
+    return "not in the download cache; would be downloaded from pip's configured index"
+
+
+def fetch(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False, log=print) -> FetchedSource:
+    """third_party/<name>-<version>, extracted from the pinned archive unless already there.
+    A --local file is always checked and extracted from (so that it is never silently unused)."""
+    root = third_party / pin.extract_dir_name
+    if local is None and _extracted(pin, root):
+        return FetchedSource(pin, root)
     archive = obtain_archive(pin, local=local, offline=offline, log=log)
-    log(f"extracting {pin.filename} into {root}")
-    safe_extract(archive, root)
-    stamp.write_text(json.dumps({"name": pin.name, "version": pin.version, "sha256": pin.sha256}) + "\n")
+    log(f"extracting {archive} into {root}")
+    safe_extract(archive, root, fix=None if local is None else f"pass an intact copy of {pin.filename}")
+    (root / STAMP).write_text(json.dumps({"name": pin.name, "version": pin.version, "sha256": pin.sha256}) + "\n")
     fetched = FetchedSource(pin, root)
     for role in pin.paths:
         needed = fetched.path(role)

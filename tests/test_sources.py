@@ -223,3 +223,113 @@ def test_a_truncated_archive_is_a_source_error_naming_it(tmp_path):
     assert f"delete {archive} and fetch it again" in raised.value.fix
     assert list((tmp_path / "third_party").iterdir()) == [], "nothing half-extracted"
 
+
+def test_a_truncated_local_archive_says_to_pass_an_intact_copy(tmp_path):
+    archive = truncated_archive(tmp_path)
+    with pytest.raises(SourceError) as raised:
+        sources.fetch(pin_for(archive), tmp_path / "third_party", local=archive, log=lambda m: None)
+    assert "is truncated or corrupt" in raised.value.message
+    assert raised.value.fix == "pass an intact copy of demo-1.0.tar.gz"
+
+
+def corrupt_the_cache(pin, archive):
+    """A cached copy of `archive` whose bytes no longer match the pin (a disk error, an interrupted copy)."""
+    cached = sources.cached_path(pin)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(archive.read_bytes()[:-10] + b"0123456789")
+    return cached, hashlib.sha256(cached.read_bytes()).hexdigest()
+
+
+def test_a_corrupt_cached_archive_offline_is_reported_as_corrupt_naming_both_hashes(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    cached, found = corrupt_the_cache(pin, good_archive)
+    with pytest.raises(SourceError) as raised:
+        sources.fetch(pin, tmp_path / "third_party", offline=True, log=lambda m: None)
+    assert raised.value.message == (f"the download cache's {cached} is corrupt: its sha256 is {found}, "
+                                    f"sources.lock.yaml pins {pin.sha256}")
+    assert f"delete it (rm {cached})" in raised.value.fix and "--local demo=PATH" in raised.value.fix
+    assert "not in the download cache" not in raised.value.message
+
+
+def serve_from_a_local_index(tmp_path, archive, monkeypatch):
+    index = tmp_path / "index"
+    (index / "demo").mkdir(parents=True)
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / archive.name).write_bytes(archive.read_bytes())
+    (index / "demo" / "index.html").write_text(f'<a href="file://{files}/{archive.name}">{archive.name}</a>')
+    monkeypatch.setattr(sources, "_pip_config", lambda: {"index-url": f"file://{index}"})
+
+
+def test_a_corrupt_cached_archive_is_downloaded_again_when_online(tmp_path, good_archive, monkeypatch):
+    pin = pin_for(good_archive)
+    cached, found = corrupt_the_cache(pin, good_archive)
+    serve_from_a_local_index(tmp_path, good_archive, monkeypatch)
+    messages = []
+    fetched = sources.fetch(pin, tmp_path / "third_party", log=messages.append)
+    assert (fetched.path("kernels") / "a.h").read_text() == "int a;\n"
+    assert cached.read_bytes() == good_archive.read_bytes(), "the cache holds the good copy again"
+    assert f"the cached {cached.name} is corrupt (sha256 {found}, expected {pin.sha256}); downloading it again" \
+        in messages
+
+
+def test_local_is_used_even_when_the_cache_and_the_tree_hold_a_valid_copy(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    fetched = sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=lambda m: None)
+    (fetched.path("kernels") / "a.h").write_text("edited by hand\n")
+    messages = []
+    again = sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=messages.append)
+    assert (again.path("kernels") / "a.h").read_text() == "int a;\n", "extracted again from the --local file"
+    assert messages == [f"extracting {good_archive} into {tmp_path / 'third_party' / 'demo-1.0'}"]
+
+
+@pytest.mark.parametrize("local", ["impostor", "missing"])
+def test_a_wrong_local_file_is_refused_even_when_the_cache_and_the_tree_are_valid(tmp_path, good_archive, local):
+    pin = pin_for(good_archive)
+    sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=lambda m: None)
+    path = tmp_path / "missing.tar.gz"
+    if local == "impostor":
+        path = make_tar(tmp_path / "other.tar.gz", [({"name": "demo-1.0/src/a.h"}, b"int evil;\n")])
+    with pytest.raises(SourceError) as raised:
+        sources.fetch(pin, tmp_path / "third_party", local=path, log=lambda m: None)
+    expected = f"has sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}" if local == "impostor" else "no such file"
+    assert raised.value.message.startswith(f"--local demo={path}") and expected in raised.value.message
+
+
+def test_local_replaces_a_corrupt_cached_copy(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    cached, _ = corrupt_the_cache(pin, good_archive)
+    sources.fetch(pin, tmp_path / "third_party", local=good_archive, log=lambda m: None)
+    assert cached.read_bytes() == good_archive.read_bytes()
+
+
+def test_a_local_file_for_a_source_the_build_does_not_use_is_refused(tmp_path, good_archive):
+    from flashbuild.errors import ConfigError
+    from flashbuild.pipeline import Paths, fetch_sources
+
+    pin = pin_for(good_archive)
+    (tmp_path / "sources.lock.yaml").write_text(
+        f"demo: {{version: '1.0', filename: {pin.filename}, sha256: {pin.sha256}, paths: {{src: demo-1.0/src}}}}\n"
+        f"other: {{version: '2.0', filename: other.tar.gz, sha256: {'0' * 64}, paths: {{src: other-2.0/src}}}}\n")
+    with pytest.raises(ConfigError) as raised:
+        fetch_sources(Paths(tmp_path), {"demo": good_archive}, only={"other"})
+    assert raised.value.message == "--local demo: this build does not use it (it needs other)"
+    assert not (tmp_path / "third_party").exists(), "nothing fetched"
+
+
+def test_describe_says_what_fetch_would_do_and_downloads_nothing(tmp_path, good_archive):
+    pin = pin_for(good_archive)
+    third_party = tmp_path / "third_party"
+    assert sources.describe(pin, third_party).startswith("not in the download cache; would be downloaded")
+    with pytest.raises(SourceError, match="not in the download cache .* --offline"):
+        sources.describe(pin, third_party, offline=True)
+    cached, found = corrupt_the_cache(pin, good_archive)
+    assert sources.describe(pin, third_party) == f"the cached {cached} is corrupt (sha256 {found}); would be " \
+                                                  "downloaded again"
+    with pytest.raises(SourceError, match="is corrupt: its sha256 is"):
+        sources.describe(pin, third_party, offline=True)
+    with pytest.raises(SourceError, match="no such file"):
+        sources.describe(pin, third_party, local=tmp_path / "nowhere.tar.gz")
+    assert cached.read_bytes() != good_archive.read_bytes() and not third_party.exists(), "nothing was changed"
+    sources.fetch(pin, third_party, local=good_archive, log=lambda m: None)
+    assert sources.describe(pin, third_party) == f"extracted in {third_party / 'demo-1.0'}"
