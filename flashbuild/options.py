@@ -121,7 +121,8 @@ def _schema_problem(error: jsonschema.ValidationError) -> _Problem:
         return _Problem(path, f"must contain {error.validator_value.get('const')!r}",
                         "this library is built for Hopper; keep sm_90a in every entry's archs")
     if error.validator == "not":
-        return _Problem(path, f"{error.instance!r} is not allowed here", "architectures belong in 'archs', not in 'flags'")
+        return _Problem(path, f"{error.instance!r} is not allowed here",
+                        "architectures belong in 'archs', not in 'flags'")
     return _Problem(path, error.message, "see flashbuild/matrix.schema.json for the expected form")
 
 

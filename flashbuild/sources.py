@@ -73,6 +73,26 @@ def load_lock(path: Path) -> dict[str, SourcePin]:
     return pins
 
 
+def select(pins: dict[str, SourcePin], local: dict[str, Path] | None, only: set[str] | None) -> dict[str, SourcePin]:
+    """The pins a command needs (all, or `only` those), after checking that every --local
+    names one of them: a --local the build would not read must not look as if it had been used."""
+    unknown = set(local or {}) - set(pins)
+    if unknown:
+        raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
+                          fix=f"use one of: {', '.join(sorted(pins))}")
+    unpinned = set(only or ()) - set(pins)
+    if unpinned:  # matrix.yaml names a source (an image's ptxas) that the lock does not pin
+        raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
+                          f"{', '.join(sorted(unpinned))}",
+                          fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+    unused = set(local or {}) - set(pins if only is None else only)
+    if unused:
+        raise ConfigError(f"--local {', '.join(sorted(unused))}: this build does not use "
+                          f"{'it' if len(unused) == 1 else 'them'} (it needs {', '.join(sorted(only))})",
+                          fix="leave it out, or put it into third_party/ with `invoke fetch --local NAME=PATH`")
+    return {name: pin for name, pin in pins.items() if only is None or name in only}
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "flashbuild" / "downloads"
