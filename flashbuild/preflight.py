@@ -74,13 +74,15 @@ def run(paths, config, plan: BuildPlan, offline: bool, local: dict[str, Path] | 
 
     checks.append(_check("compile route", route))
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
-    pins: dict = {}
+    lock: dict = {}
 
     def select():
-        pins.update(sources.select(sources.load_lock(paths.lock), local, needed))
-        return f"{', '.join(sorted(pins))}" + (" (--offline: only the download cache)" if offline else "")
+        lock.update(sources.load_lock(paths.lock))
+        chosen = sources.select(lock, local, needed)
+        return f"{', '.join(sorted(chosen))}" + (" (--offline: only the download cache)" if offline else "")
 
     checks.append(_check("sources needed", select))
+    pins = {name: pin for name, pin in lock.items() if name in needed}  # also when a --local was refused
     for name, pin in sorted(pins.items()):
         checks.append(_check(f"source {name} {pin.version}", lambda pin=pin: sources.describe(
             pin, paths.third_party, (local or {}).get(pin.name), offline)))

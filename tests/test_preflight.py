@@ -183,3 +183,13 @@ def test_the_cli_dry_run_prints_the_preflight_of_the_repository(repo):
     assert subjects == ["kernels/", "build time", "compile route", "sources needed", "source flash-attn 2.8.3",
                         "source nvidia-cuda-nvcc-cu12 12.9.86", "Docker engine", "image cuda12-debian-trixie"]
     assert (result.returncode == 0) == ("PROBLEM" not in result.stdout)
+
+
+def test_a_local_file_the_build_would_not_use_is_a_problem_and_the_rest_is_still_checked(repo, tmp_path, monkeypatch,
+                                                                                         capsys):
+    forbid_fetching_and_building(monkeypatch)
+    monkeypatch.setattr(pipeline, "docker_client", lambda: Engine())
+    with pytest.raises(ConfigError, match=r"^--local sccache: this build does not use it"):
+        pipeline.build(copy_of_the_repo(repo, tmp_path), "smoke", dry_run=True, local={"sccache": tmp_path / "x"})
+    out = capsys.readouterr().out
+    assert "  ok       source flash-attn 2.8.3: " in out and "  ok       source nvidia-cuda-nvcc-cu12 12.9.86: " in out
