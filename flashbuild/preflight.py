@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import dist, images, sccache, sources
 from .build_time import build_time
-from .errors import ConfigError, FlashBuildError
+from .errors import ConfigError, EnvironmentProblem, FlashBuildError
 from .kernelgen import expected_files, stale_files
 from .plan import BuildPlan
 
@@ -60,6 +60,16 @@ def _tools(spec, pins: dict, third_party: Path) -> dict[str, Path] | None:
     return {"ptxas": ptxas} if ptxas is not None and ptxas.is_file() else None
 
 
+def _image(client, spec, paths, pins: dict) -> str:
+    from docker.errors import DockerException
+
+    try:
+        return images.would_do(client, spec, paths.repo, _tools(spec, pins, paths.third_party))
+    except DockerException as exc:  # an engine that answers the ping but fails the lookup
+        raise EnvironmentProblem(f"the Docker engine could not look up images ({exc.__class__.__name__}: {exc})",
+                                 fix="check the engine (`docker info`) and try again") from None
+
+
 def run(paths, config, plan: BuildPlan, offline: bool, local: dict[str, Path] | None, use_sccache: bool,
         connect, environ: dict) -> list[Check]:
     """The checks, in the build's order. `connect` returns a Docker client or raises (the
@@ -98,8 +108,7 @@ def run(paths, config, plan: BuildPlan, offline: bool, local: dict[str, Path] | 
         if client is None:
             checks.append(Check(f"image {spec.name}", "not looked up (no Docker engine)", skipped=True))
             continue
-        checks.append(_check(f"image {spec.name}", lambda spec=spec: images.would_do(
-            client, spec, paths.repo, _tools(spec, pins, paths.third_party))))
+        checks.append(_check(f"image {spec.name}", lambda spec=spec: _image(client, spec, paths, pins)))
     return checks
 
 

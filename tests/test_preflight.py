@@ -193,3 +193,15 @@ def test_a_local_file_the_build_would_not_use_is_a_problem_and_the_rest_is_still
         pipeline.build(copy_of_the_repo(repo, tmp_path), "smoke", dry_run=True, local={"sccache": tmp_path / "x"})
     out = capsys.readouterr().out
     assert "  ok       source flash-attn 2.8.3: " in out and "  ok       source nvidia-cuda-nvcc-cu12 12.9.86: " in out
+
+
+def test_an_engine_that_fails_the_image_lookup_is_a_problem_not_a_traceback(repo, tmp_path, monkeypatch):
+    from docker.errors import APIError
+
+    class Failing(Engine):
+        def get(self, tag):
+            raise APIError("500 Server Error: storage driver failed")
+
+    monkeypatch.setattr(pipeline, "docker_client", lambda: Failing())
+    with pytest.raises(EnvironmentProblem, match=r"^the Docker engine could not look up images \(APIError: "):
+        pipeline.build(copy_of_the_repo(repo, tmp_path), "smoke", dry_run=True)
