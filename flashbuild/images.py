@@ -78,9 +78,13 @@ def _bootstrap_command(spec: ImageSpec, mirror: str | None, tarball: Path) -> li
     )
 
 
+def base_tag(spec: ImageSpec, mirror: str | None) -> str:
+    return f"{IMAGE_REPO}/base-{spec.base.suite}:{_digest(spec.base.suite, *spec.base.components, mirror or '')}"
+
+
 def ensure_base(client, spec: ImageSpec, log) -> str:
     mirror = host_debian_mirror()
-    tag = f"{IMAGE_REPO}/base-{spec.base.suite}:{_digest(spec.base.suite, *spec.base.components, mirror or '')}"
+    tag = base_tag(spec, mirror)
     if _image_exists(client, tag):
         return tag
     if spec.base.pull:
@@ -175,6 +179,23 @@ def ensure_image(client, spec: ImageSpec, repo_root: Path, log_dir: Path, log=pr
         raise ImageError(f"building {tag} failed: {error}\n{tail}", fix=f"see {log_path}")
     image = client.images.get(tag)
     return ToolchainImage(tag, image.id, spec, built=True)
+
+
+def would_do(client, spec: ImageSpec, repo_root: Path, tools: dict[str, Path] | None) -> str:
+    """What ensure_image would do, found without pulling, bootstrapping or building (the dry
+    run). `tools` None: a tool the tag depends on is not fetched yet."""
+    if not (repo_root / spec.dockerfile).is_file():
+        raise ImageError(f"{spec.dockerfile} does not exist", fix="restore it from git")
+    base = base_tag(spec, host_debian_mirror())
+    if not _image_exists(client, base):
+        how = f"pulled ({spec.base.pull}), or bootstrapped with mmdebstrap" if spec.base.pull else "bootstrapped"
+        if not spec.base.pull:
+            _bootstrap_command(spec, None, Path("rootfs.tar"))  # raises when no tool can bootstrap it
+        return f"base image {base} absent: would be {how}, then the toolchain image built (minutes)"
+    if tools is None:
+        return "its tag includes the hash of a tool not fetched yet: looked up after the fetch, built if absent"
+    tag = image_tag(spec, repo_root, base, tools)
+    return f"{tag} present" if _image_exists(client, tag) else f"{tag} absent: would be built (a few minutes)"
 
 
 def describe(image: ToolchainImage) -> dict:

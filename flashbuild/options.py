@@ -4,7 +4,9 @@ Validation order: YAML syntax (duplicate keys rejected), then the JSON Schema, t
 rules a schema cannot express (duplicate entry names, image references, and what the
 kernel family records of families.py allow: family names, head dims, dtypes, a memory
 estimate for every family an entry builds). Every failure is one ConfigError naming the
-path in the file and how to fix it.
+line and path in the file and how to fix it; a mistake inside a YAML anchor that several
+matrices share is named once, where the anchor is defined (yaml_source.py). An empty file,
+or a folder in its place, is said to be one.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
-import yaml
 
+from . import yaml_source
 from .errors import ConfigError
 from .families import FAMILIES
 from .memory import HOST
@@ -89,74 +91,39 @@ class Config:
         return self.matrices[name]
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last)."""
+class _Problem(Exception):
+    """A problem at a path in the document; load_config turns it into a ConfigError naming
+    the line (and, in an anchor, where it is defined)."""
+
+    def __init__(self, path, message: str, fix: str, key: str | None = None):
+        super().__init__(message)
+        self.path, self.message, self.fix, self.key = tuple(path), message, fix, key
+        self.more = ""  # how many other problems the schema found
 
 
-def _construct_unique_mapping(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ConfigError(
-                f"line {key_node.start_mark.line + 1}: key '{key}' appears twice in one mapping",
-                fix="remove or rename one of them",
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
-
-
-def _json_path(parts) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
-def _schema_error_message(error: jsonschema.ValidationError) -> tuple[str, str]:
-    where = _json_path(error.absolute_path)
+def _schema_problem(error: jsonschema.ValidationError) -> _Problem:
+    path = error.absolute_path
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
         fix = f"remove {', '.join(extra)}; allowed keys here: {', '.join(allowed)}" if allowed else "remove it"
-        return f"{where}: unknown key {', '.join(repr(e) for e in extra)}", fix
+        return _Problem(path, f"unknown key {', '.join(repr(e) for e in extra)}", fix, key=extra[0] if extra else None)
     if error.validator == "required":
-        return f"{where}: {error.message}", "add the missing key"
+        return _Problem(path, error.message, "add the missing key")
     if error.validator == "type":
         expected = "a whole number without a decimal point" if error.validator_value == "integer" else (
             f"a {error.validator_value}")
-        return f"{where}: {error.instance!r} is not of type {error.validator_value}", f"write {expected} here"
+        return _Problem(path, f"{error.instance!r} is not of type {error.validator_value}", f"write {expected} here")
     if error.validator == "enum":
         choices = ", ".join(repr(v) for v in error.validator_value)
-        return f"{where}: {error.instance!r} is not allowed", f"use one of: {choices}"
+        return _Problem(path, f"{error.instance!r} is not allowed", f"use one of: {choices}")
     if error.validator == "contains":
-        return f"{where}: must contain {error.validator_value.get('const')!r}", (
-            "this library is built for Hopper; keep sm_90a in every entry's archs"
-        )
+        return _Problem(path, f"must contain {error.validator_value.get('const')!r}",
+                        "this library is built for Hopper; keep sm_90a in every entry's archs")
     if error.validator == "not":
-        return f"{where}: {error.instance!r} is not allowed here", (
-            "architectures belong in 'archs', not in 'flags'"
-        )
-    return f"{where}: {error.message}", "see flashbuild/matrix.schema.json for the expected form"
-
-
-def _load_yaml(path: Path):
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}", fix="run from the repository root") from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path.name}: {where}invalid YAML ({problem})", fix="correct the YAML syntax") from None
+        return _Problem(path, f"{error.instance!r} is not allowed here",
+                        "architectures belong in 'archs', not in 'flags'")
+    return _Problem(path, error.message, "see flashbuild/matrix.schema.json for the expected form")
 
 
 def _yaml_word(value) -> str:
@@ -164,45 +131,67 @@ def _yaml_word(value) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
-def _check_families(raw: dict, where: str) -> None:
+def _check_families(raw: dict, where: tuple) -> None:
     """An entry's kernel sets against the family records, and its memory estimates."""
     for index, kernel_set in enumerate(raw["kernels"]):
-        at = f"{where}.kernels[{index}]"
+        at = (*where, "kernels", index)
         name = kernel_set["family"]
         if name not in FAMILIES:
-            raise ConfigError(f"{at}.family: {name!r} is not allowed",
-                              fix=f"use one of: {', '.join(repr(f) for f in FAMILIES)} (flashbuild/families.py)")
+            raise _Problem((*at, "family"), f"{name!r} is not allowed",
+                           f"use one of: {', '.join(repr(f) for f in FAMILIES)} (flashbuild/families.py)")
         family = FAMILIES[name]
         for key, allowed in (("head_dims", family.head_dims), ("dtypes", family.dtypes), ("causal", family.causal)):
             for position, value in enumerate(kernel_set[key]):
                 if value not in allowed:
-                    raise ConfigError(f"{at}.{key}[{position}]: {_yaml_word(value)} is not allowed",
-                                      fix=f"{name} exists for {key} {', '.join(map(_yaml_word, allowed))}")
+                    raise _Problem((*at, key, position), f"{_yaml_word(value)} is not allowed",
+                                   f"{name} exists for {key} {', '.join(map(_yaml_word, allowed))}")
     estimates = raw["memory_estimates_gb"]
     unknown = sorted(set(estimates) - set(FAMILIES) - {HOST})
     if unknown:
-        raise ConfigError(f"{where}.memory_estimates_gb: unknown key {', '.join(map(repr, unknown))}",
-                          fix=f"use '{HOST}' or a family name: {', '.join(FAMILIES)}")
+        raise _Problem((*where, "memory_estimates_gb"), f"unknown key {', '.join(map(repr, unknown))}",
+                       f"use '{HOST}' or a family name: {', '.join(FAMILIES)}", key=unknown[0])
     missing = sorted({k["family"] for k in raw["kernels"]} - set(estimates))
     if missing:
-        raise ConfigError(f"{where}.memory_estimates_gb: no estimate for {', '.join(missing)}",
-                          fix="add the peak GiB one nvcc process of that family needs "
-                              "(build/tu-stats.json holds the peaks earlier builds measured)")
+        raise _Problem((*where, "memory_estimates_gb"), f"no estimate for {', '.join(missing)}",
+                       "add the peak GiB one nvcc process of that family needs "
+                       "(build/tu-stats.json holds the peaks earlier builds measured)")
+
+
+_EXPECTED = "a mapping of schema_version, images and matrices (flashbuild/matrix.schema.json)"
 
 
 def load_config(path: Path | str) -> Config:
     path = Path(path)
-    document = _load_yaml(path)
+    document = yaml_source.load(path)
+    if document.data is None:
+        raise ConfigError(f"{path} is empty (or only comments)",
+                          fix=f"it must hold {_EXPECTED}; restore the committed one with `git checkout {path.name}`")
+    if not isinstance(document.data, dict):
+        kind = "sequence" if isinstance(document.data, list) else "single value"
+        raise ConfigError(f"{path.name}: the top level is a {kind}, not a mapping", fix=f"it must hold {_EXPECTED}")
+    try:
+        _validate(document)
+        return _config(path, document.data)
+    except _Problem as problem:
+        where, note = document.where(problem.path, problem.key)
+        raise ConfigError(f"{path.name}: {where}: {problem.message}{note}{problem.more}", fix=problem.fix) from None
+
+
+def _validate(document: yaml_source.Document) -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
-    validator = _Validator(schema)
-    errors = sorted(validator.iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = list(_Validator(schema).iter_errors(document.data))
     if errors:
         # The deepest error is the most specific; report it, and say how many more exist.
-        error = max(errors, key=lambda e: len(e.absolute_path))
-        message, fix = _schema_error_message(error)
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise ConfigError(f"{path.name}: {message}{more}", fix=fix)
+        errors.sort(key=lambda e: (-len(e.absolute_path), list(map(str, e.absolute_path))))
+        problem = _schema_problem(errors[0])
+        # A node shared through an anchor fails once per use; count it once.
+        distinct = {(document.where(e.absolute_path)[0], e.validator, e.message) for e in errors}
+        if len(distinct) > 1:
+            problem.more = f" (and {len(distinct) - 1} more problem(s))"
+        raise problem
 
+
+def _config(path: Path, document: dict) -> Config:
     images = {
         name: ImageSpec(
             name=name,
@@ -222,24 +211,20 @@ def load_config(path: Path | str) -> Config:
     for matrix_name, spec in document["matrices"].items():
         entries = []
         for index, raw in enumerate(spec["entries"]):
-            where = f"{path.name}: matrices.{matrix_name}.entries[{index}]"
+            where = ("matrices", matrix_name, "entries", index)
             if raw["name"] in seen:
-                raise ConfigError(
-                    f"{where}.name: duplicate entry name '{raw['name']}' (also in matrix '{seen[raw['name']]}')",
-                    fix="give every entry its own name: it names the folder artifacts/<version>/<entry>/",
-                )
+                raise _Problem((*where, "name"),
+                               f"duplicate entry name '{raw['name']}' (also in matrix '{seen[raw['name']]}')",
+                               "give every entry its own name: it names the folder artifacts/<version>/<entry>/")
             seen[raw["name"]] = matrix_name
             if raw["image"] not in images:
-                raise ConfigError(
-                    f"{where}.image: unknown image '{raw['image']}'",
-                    fix=f"use one of the images defined under 'images': {', '.join(sorted(images))}",
-                )
+                raise _Problem((*where, "image"), f"unknown image '{raw['image']}'",
+                               f"use one of the images defined under 'images': {', '.join(sorted(images))}")
             image = images[raw["image"]]
             if image.cuda != raw["cuda"]:
-                raise ConfigError(
-                    f"{where}.cuda: entry asks for CUDA {raw['cuda']} but image '{image.name}' has CUDA {image.cuda}",
-                    fix="make the entry's 'cuda' match its image",
-                )
+                raise _Problem((*where, "cuda"),
+                               f"entry asks for CUDA {raw['cuda']} but image '{image.name}' has CUDA {image.cuda}",
+                               "make the entry's 'cuda' match its image")
             _check_families(raw, where)
             kernel_sets = tuple(
                 KernelSet(

@@ -11,12 +11,11 @@ import os
 import time
 from pathlib import Path
 
-from . import checks, dist, export, images, predict, sccache, sources
+from . import checks, dist, export, images, predict, preflight, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client
 from .build_time import build_time
 from .errors import ConfigError, VerifyError
-from .kernelgen import stale_files
 from .library import REAL_NAME_GLOB, STEM
 from .manifest import entry_manifest, expectation, read_manifest, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
@@ -65,18 +64,9 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded: dict, with_predicti
 def fetch_sources(paths: Paths, local: dict[str, Path] | None = None, offline: bool = False,
                   only: set[str] | None = None) -> dict:
     """Fetch the pinned sources (all of them, or `only` those a plan needs)."""
-    pins = sources.load_lock(paths.lock)
-    unknown = set(local or {}) - set(pins)
-    if unknown:
-        raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
-                          fix=f"use one of: {', '.join(sorted(pins))}")
-    unpinned = set(only or ()) - set(pins)
-    if unpinned:  # matrix.yaml names a source (an image's ptxas) that the lock does not pin
-        raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
-                          f"{', '.join(sorted(unpinned))}",
-                          fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+    pins = sources.select(sources.load_lock(paths.lock), local, only)
     return {name: sources.fetch(pin, paths.third_party, (local or {}).get(name), offline, log)
-            for name, pin in pins.items() if only is None or name in only}
+            for name, pin in pins.items()}
 
 
 def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None = None) -> images.ToolchainImage:
@@ -97,16 +87,16 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    cache_settings = sccache.settings(paths.build) if use_sccache else None  # checked in a dry run too
-    cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
-    console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
-    if dry_run:
-        console.print(sccache.describe(cache_settings, paths.build / "objects", cluster))
+    if dry_run:  # the plan, then everything the build would need, every problem found
+        console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=True))
+        found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ))
+        console.print(preflight.render(found), markup=False)
+        preflight.raise_if_problems(found)
         return []
-    stale = stale_files(config.matrices.values(), paths.kernels)
-    if stale:
-        raise ConfigError(f"kernels/ does not match matrix.yaml: {', '.join(stale[:5])}",
-                          fix="run `invoke generate` and commit kernels/")
+    cache_settings = sccache.settings(paths.build) if use_sccache else None
+    cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
+    console.print(describe_plan(plan, budget, Stats(paths.build).read()))
+    preflight.kernels_fresh(config.matrices.values(), paths.kernels)
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     client = docker_client()  # before the downloads: no engine should cost no fetch

@@ -1,10 +1,14 @@
 """Upstream sources: resolve through pip's index, download once, verify, extract safely.
 
 `pip download flash-attn` cannot be used: pip builds the sdist's metadata, which imports
-torch. Wheels (flashinfer-python) are zip files and are extracted the same careful way. So the file is looked up on the simple index pip itself is configured with
+torch. So the file is looked up on the simple index pip itself is configured with
 (`pip config`, else pip's built-in default), downloaded directly, and checked against
 the sha256 in sources.lock.yaml. Downloads are cached by hash, so later runs (and
-`--offline`) need no network; a local file can be named instead.
+`--offline`) need no network; a cached copy whose hash no longer matches is downloaded
+again (with `--offline`: reported as corrupt, with both hashes). A local file can be named
+instead (`--local NAME=PATH`): it is checked against the pin and extracted from even when
+the cache or third_party/ already hold the source, never silently passed over.
+Extraction: archive.py.
 """
 
 from __future__ import annotations
@@ -13,20 +17,17 @@ import html.parser
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
-import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from .archive import safe_extract
 from .errors import ConfigError, SourceError
 from .hashing import sha256_of
 
@@ -70,6 +71,26 @@ def load_lock(path: Path) -> dict[str, SourcePin]:
         pins[name] = SourcePin(name=name, version=str(spec["version"]), filename=str(spec["filename"]),
                                sha256=str(spec["sha256"]), paths={k: str(v) for k, v in spec["paths"].items()})
     return pins
+
+
+def select(pins: dict[str, SourcePin], local: dict[str, Path] | None, only: set[str] | None) -> dict[str, SourcePin]:
+    """The pins a command needs (all, or `only` those), after checking that every --local
+    names one of them: a --local the build would not read must not look as if it had been used."""
+    unknown = set(local or {}) - set(pins)
+    if unknown:
+        raise ConfigError(f"--local names unknown source(s): {', '.join(sorted(unknown))}",
+                          fix=f"use one of: {', '.join(sorted(pins))}")
+    unpinned = set(only or ()) - set(pins)
+    if unpinned:  # matrix.yaml names a source (an image's ptxas) that the lock does not pin
+        raise ConfigError(f"matrix.yaml needs source(s) that sources.lock.yaml does not pin: "
+                          f"{', '.join(sorted(unpinned))}",
+                          fix=f"pin them in sources.lock.yaml or use one of: {', '.join(sorted(pins))}")
+    unused = set(local or {}) - set(pins if only is None else only)
+    if unused:
+        raise ConfigError(f"--local {', '.join(sorted(unused))}: this build does not use "
+                          f"{'it' if len(unused) == 1 else 'them'} (it needs {', '.join(sorted(only))})",
+                          fix="leave it out, or put it into third_party/ with `invoke fetch --local NAME=PATH`")
+    return {name: pin for name, pin in pins.items() if only is None or name in only}
 
 
 def cache_dir() -> Path:
@@ -178,28 +199,70 @@ def _download(url: str, destination: Path) -> None:
         raise SourceError(f"download of {url} failed: {getattr(exc, 'reason', exc)}", fix="retry, or pass --local") from None
 
 
-def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = False, log=print) -> Path:
-    """Return a cached, hash-verified copy of the pinned archive."""
-    cached = cache_dir() / pin.sha256 / pin.filename
-    if cached.is_file() and sha256_of(cached) == pin.sha256:
-        return cached
-    if local is not None:
-        if not local.is_file():
-            raise SourceError(f"--local file {local} does not exist", fix="name an existing file")
-        found = sha256_of(local)
-        if found != pin.sha256:
-            raise SourceError(
-                f"{local} has sha256 {found}, but sources.lock.yaml pins {pin.name} {pin.version} to {pin.sha256}",
-                fix=f"pass the genuine {pin.filename}",
-            )
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, cached)
-        return cached
-    if offline:
+def cached_path(pin: SourcePin) -> Path:
+    return cache_dir() / pin.sha256 / pin.filename
+
+
+def check_local(pin: SourcePin, local: Path) -> None:
+    """A --local file must be the pinned one: refused (never ignored) when it is not."""
+    if not local.is_file():
+        raise SourceError(f"--local {pin.name}={local}: no such file", fix=f"name an existing copy of {pin.filename}")
+    found = sha256_of(local)
+    if found != pin.sha256:
         raise SourceError(
-            f"{pin.filename} is not in the download cache ({cached.parent}) and --offline was given",
-            fix=f"run once with network access, or pass --local {pin.name}=PATH",
+            f"--local {pin.name}={local} has sha256 {found}, but sources.lock.yaml pins {pin.name} {pin.version} "
+            f"to {pin.sha256}",
+            fix=f"pass the genuine {pin.filename}, or leave --local out to use the download cache or the index",
         )
+
+
+def _corrupt(pin: SourcePin, cached: Path, found: str) -> SourceError:
+    return SourceError(
+        f"the download cache's {cached} is corrupt: its sha256 is {found}, sources.lock.yaml pins {pin.sha256}",
+        fix=f"delete it (rm {cached}) and fetch again with network access (`invoke fetch`), "
+            f"or pass --local {pin.name}=PATH",
+    )
+
+
+def _not_cached(pin: SourcePin, cached: Path) -> SourceError:
+    return SourceError(
+        f"{pin.filename} is not in the download cache ({cached.parent}) and --offline was given",
+        fix=f"run once with network access, or pass --local {pin.name}=PATH",
+    )
+
+
+def _cached_sha256(cached: Path) -> str | None:
+    return sha256_of(cached) if cached.is_file() else None
+
+
+def _copy_into_cache(source: Path, cached: Path) -> None:
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(cached.name + ".part")
+    shutil.copyfile(source, partial)
+    os.replace(partial, cached)  # never a half-copied file under the pinned name
+
+
+def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = False, log=print) -> Path:
+    """A hash-verified copy of the pinned archive: the --local file when one is named (it also
+    fills the cache), else the cached copy, else a download. A cached copy whose hash is wrong
+    is downloaded again, or with --offline reported as corrupt."""
+    cached = cached_path(pin)
+    found = _cached_sha256(cached)
+    if local is not None:
+        check_local(pin, local)
+        if found != pin.sha256:
+            if found is not None:
+                log(f"replacing the corrupt {cached} (sha256 {found}) with --local {local}")
+            _copy_into_cache(local, cached)
+        return local
+    if found == pin.sha256:
+        return cached
+    if found is not None:
+        if offline:
+            raise _corrupt(pin, cached, found)
+        log(f"the cached {cached.name} is corrupt (sha256 {found}, expected {pin.sha256}); downloading it again")
+    elif offline:
+        raise _not_cached(pin, cached)
     url = resolve_url(pin)
     log(f"downloading {pin.filename}")
     _download(url, cached)
@@ -213,72 +276,45 @@ def obtain_archive(pin: SourcePin, local: Path | None = None, offline: bool = Fa
     return cached
 
 
-def _check_member(member: tarfile.TarInfo, root: Path) -> None:
-    name = member.name
-    target = (root / name).resolve()
-    if name.startswith("/") or ".." in Path(name).parts or not target.is_relative_to(root):
-        raise SourceError(f"archive member '{name}' would land outside the tree", fix="do not use this archive")
-    if member.issym() or member.islnk():
-        link_base = target.parent if member.issym() else root
-        link_target = (link_base / member.linkname).resolve()
-        if member.linkname.startswith("/") or not link_target.is_relative_to(root):
-            raise SourceError(
-                f"archive member '{name}' links to '{member.linkname}', outside the tree", fix="do not use this archive"
-            )
-    elif not (member.isfile() or member.isdir()):
-        raise SourceError(f"archive member '{name}' is a device or fifo", fix="do not use this archive")
-
-
-def _extract_zip(archive: Path, staging: Path, root: Path) -> None:
-    with zipfile.ZipFile(archive) as bundle:
-        for info in bundle.infolist():
-            name = info.filename
-            target = (root / name).resolve()
-            if name.startswith("/") or ".." in Path(name).parts or not target.is_relative_to(root):
-                raise SourceError(f"archive member '{name}' would land outside the tree", fix="do not use this archive")
-            if stat.S_ISLNK(info.external_attr >> 16):
-                raise SourceError(f"archive member '{name}' is a symbolic link", fix="do not use this archive")
-        bundle.extractall(staging)
-
-
-def safe_extract(archive: Path, destination: Path) -> None:
-    """Extract a tar or zip (wheel) archive to destination atomically, refusing absolute
-    paths, '..' and links that leave the tree."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+def _extracted(pin: SourcePin, root: Path) -> bool:
     try:
-        root = staging.resolve()
-        if zipfile.is_zipfile(archive):
-            _extract_zip(archive, staging, root)
-        else:
-            with tarfile.open(archive) as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member, root)
-                tar.extractall(staging, members=members, filter="data")
-        if destination.exists():
-            shutil.rmtree(destination)
-        os.replace(staging, destination)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
-        raise SourceError(f"cannot extract {archive.name}: {exc}", fix="delete the cached file and fetch again") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        return json.loads((root / STAMP).read_text()).get("sha256") == pin.sha256
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def describe(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False) -> str:
+    """What `fetch` would do for `pin`, found without downloading or extracting anything (the
+    dry run's pre-flight). Raises the SourceError that fetch would raise."""
+    root = third_party / pin.extract_dir_name
+    if local is not None:
+        check_local(pin, local)
+        return f"--local {local} matches the pin; would be extracted into {root}"
+    if _extracted(pin, root):
+        return f"extracted in {root}"
+    cached = cached_path(pin)
+    found = _cached_sha256(cached)
+    if found == pin.sha256:
+        return f"in the download cache ({cached}), sha256 matches; would be extracted"
+    if found is not None:
+        if offline:
+            raise _corrupt(pin, cached, found)
+        return f"the cached {cached} is corrupt (sha256 {found}); would be downloaded again"
+    if offline:
+        raise _not_cached(pin, cached)
+    return "not in the download cache; would be downloaded from pip's configured index"
 
 
 def fetch(pin: SourcePin, third_party: Path, local: Path | None = None, offline: bool = False, log=print) -> FetchedSource:
+    """third_party/<name>-<version>, extracted from the pinned archive unless already there.
+    A --local file is always checked and extracted from (so that it is never silently unused)."""
     root = third_party / pin.extract_dir_name
-    stamp = root / STAMP
-    if stamp.is_file():
-        try:
-            if json.loads(stamp.read_text()).get("sha256") == pin.sha256:
-                return FetchedSource(pin, root)
-        except (OSError, ValueError):
-            pass
+    if local is None and _extracted(pin, root):
+        return FetchedSource(pin, root)
     archive = obtain_archive(pin, local=local, offline=offline, log=log)
-    log(f"extracting {pin.filename} into {root}")
-    safe_extract(archive, root)
-    stamp.write_text(json.dumps({"name": pin.name, "version": pin.version, "sha256": pin.sha256}) + "\n")
+    log(f"extracting {archive} into {root}")
+    safe_extract(archive, root, fix=None if local is None else f"pass an intact copy of {pin.filename}")
+    (root / STAMP).write_text(json.dumps({"name": pin.name, "version": pin.version, "sha256": pin.sha256}) + "\n")
     fetched = FetchedSource(pin, root)
     for role in pin.paths:
         needed = fetched.path(role)

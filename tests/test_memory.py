@@ -42,7 +42,7 @@ def test_next_compile_rewrites_malformed_stats(tmp_path):
 def test_dry_run_with_malformed_stats_plans_from_matrix_defaults(repo, tmp_path):
     """Through `python3 -m invoke` in a copy of the repository whose build/ is its own."""
     shutil.copy(repo / "tasks.py", tmp_path / "tasks.py")
-    for name in ("flashbuild", "matrix.yaml", "src"):
+    for name in ("flashbuild", "matrix.yaml", "src", "kernels", "sources.lock.yaml", "docker"):  # pre-flight reads all
         (tmp_path / name).symlink_to(repo / name)
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "tu-stats.json").write_text('{"fa2_fwd_hdim64_fp16_sm90@sm_90a": 5}')

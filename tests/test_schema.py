@@ -111,3 +111,64 @@ def test_cli_reports_bad_matrix_without_traceback(repo):
     assert "unknown matrix 'huge'" in result.stderr
     assert "fix: use one of" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_matrix_file_is_called_empty_and_the_fix_says_what_it_must_hold(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert raised.value.message == f"{path} is empty (or only comments)"
+    assert "schema_version, images and matrices" in raised.value.fix
+    assert "git checkout matrix.yaml" in raised.value.fix
+
+
+def test_a_matrix_file_whose_top_level_is_a_list_says_so(tmp_path):
+    with pytest.raises(ConfigError, match="the top level is a sequence, not a mapping"):
+        load_config(write(tmp_path, "- smoke\n- minimal\n"))
+
+
+def test_a_folder_in_place_of_the_matrix_file_is_called_a_folder(tmp_path):
+    folder = tmp_path / "matrix.yaml"
+    folder.mkdir()
+    with pytest.raises(ConfigError) as raised:
+        load_config(folder)
+    assert raised.value.message == f"{folder} is a folder, not a file"
+    assert "repository root" not in raised.value.fix
+
+
+def line_of(text, needle):
+    return text.splitlines().index(needle) + 1
+
+
+ANCHOR_MISTAKES = {
+    # in the schema: a memory estimate of no memory
+    "schema": ("  fa2_fwd: 5.0", "  fa2_fwd: -5.0", "memory_estimates_gb.fa2_fwd: -5.0 is less than or equal to "
+               "the minimum of 0", "memory_estimates"),
+    # in the family records: an estimate for a family that does not exist
+    "families": ("  host: 1.5", "  host: 1.5\n  fa3_fwd: 2.0", "memory_estimates_gb: unknown key 'fa3_fwd'",
+                 "memory_estimates"),
+    "flags": ("    - -O3", "    - -O3\n    - -arch=sm_70", "flag_sets.hopper[1]: '-arch=sm_70' is not allowed here",
+              "hopper_flags"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANCHOR_MISTAKES))
+def test_a_mistake_in_a_shared_anchor_is_reported_once_at_its_definition_with_the_matrices_using_it(
+        repo, tmp_path, case):
+    line, replacement, message, anchor = ANCHOR_MISTAKES[case]
+    text = (repo / "matrix.yaml").read_text().replace(line + "\n", replacement + "\n", 1)
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text))
+    matrices = ", ".join(yaml.safe_load(text)["matrices"])
+    wrong_line = line_of(text, replacement.splitlines()[-1])
+    assert raised.value.message == (f"matrix.yaml: line {wrong_line}: {message} "
+                                    f"(in the anchor &{anchor}, used by matrices {matrices})")
+
+
+def test_an_error_outside_any_anchor_names_its_own_line(repo, tmp_path):
+    text = (repo / "matrix.yaml").read_text().replace("image: cuda12-debian-trixie", "image: ubuntu", 1)
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text))
+    assert raised.value.message == (f"matrix.yaml: line {line_of(text, '        image: ubuntu')}: "
+                                    "matrices.smoke.entries[0].image: unknown image 'ubuntu'")
