@@ -1,8 +1,12 @@
 """Verified library -> versioned artifact: artifacts/<version>/<entry>/ with lib/, include/,
 bin/, manifest.json and SHA256SUMS, plus a tarball beside it.
 
-Everything is assembled in a hidden staging folder and renamed into place only when
-complete, so an interrupted or failed build never leaves a complete-looking artifact.
+Everything is assembled under hidden names (a staging folder, the tarball and its .sha256
+as `.*.<pid>.partial`) and published only when complete (`_publish`). The .sha256 is the
+artifact's completeness marker: it is removed before anything is replaced and renamed into
+place last, so that a kill between the renames leaves a folder or tarball with no .sha256 beside
+it: an unfinished export, which `up_to_date` does not accept and the next build replaces.
+Leftovers of a dead build (staging, `.old-*` folders, partial files) are removed by the next.
 The tarball is deterministic: entries sorted, owned by 0:0 with no names, modes 0755 / 0644,
 every mtime the build time (build_time.py), gzip without a timestamp or file name; the same
 inputs give the same bytes.
@@ -22,13 +26,36 @@ from pathlib import Path
 from .build_time import BuildTime
 from .errors import ExportError
 from .hashing import sha256_of
+from .interrupts import deferred
 from .library import PRODUCT, LibraryName
+from .processes import left_by_dead_process
 
 MANIFEST_SCHEMA = 1
 
 
 def tarball_name(version: str, entry: str) -> str:
     return f"{PRODUCT}-{version}-{entry}.tar.gz"
+
+
+def digest_path(tarball: Path) -> Path:
+    """The tarball's .sha256 (`sha256sum -c` reads it): the marker of a complete export."""
+    return tarball.with_name(f"{tarball.name}.sha256")
+
+
+def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path, tarball: Path) -> None:
+    """Put a complete export in place of the previous one. Renames within one folder, the
+    marker (.sha256) removed first and renamed in last; signals are held back until done."""
+    digest = digest_path(tarball)
+    previous = final_dir.with_name(f".old-{final_dir.name}-{os.getpid()}")
+    shutil.rmtree(previous, ignore_errors=True)  # this process's own, from an export that failed midway
+    with deferred():
+        digest.unlink(missing_ok=True)  # from here on the old artifact no longer counts as complete
+        if final_dir.exists():
+            os.replace(final_dir, previous)
+        os.replace(staging, final_dir)
+        os.replace(tmp_tarball, tarball)
+        os.replace(tmp_digest, digest)  # complete again: the new folder, tarball and marker
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 def _populate(staging: Path, library: Path, headers: list[Path], test_binary: Path) -> None:
@@ -85,12 +112,14 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: li
     final_dir = version_dir / entry
     tarball = version_dir / tarball_name(version, entry)
     top = f"{PRODUCT}-{version}-{entry}"
+    pid = os.getpid()  # in every hidden name, so that only a dead build's leftovers are cleaned
     try:
         version_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-{entry}-", dir=version_dir))
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{entry}-{pid}-", dir=version_dir))
     except OSError as exc:
         raise ExportError(f"cannot create {version_dir}: {exc.strerror}") from None
-    tmp_tarball = version_dir / f".{tarball.name}.partial"
+    tmp_tarball = version_dir / f".{tarball.name}.{pid}.partial"
+    tmp_digest = version_dir / f".{digest_path(tarball).name}.{pid}.partial"
     try:
         staging.chmod(0o755)  # mkdtemp makes it private; the artifact is for others to read
         _populate(staging, library, headers, test_binary)
@@ -103,22 +132,15 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: li
         sums = _file_hashes(staging)
         (staging / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))
         write_tarball(tmp_tarball, staging, top, when.epoch)
-        # Swap into place: the old artifact (if any) goes only after the new one is whole.
-        previous = None
-        if final_dir.exists():
-            previous = version_dir / f".old-{entry}-{os.getpid()}"
-            os.replace(final_dir, previous)
-        os.replace(staging, final_dir)
-        os.replace(tmp_tarball, tarball)
-        (version_dir / f"{tarball.name}.sha256").write_text(f"{sha256_of(tarball)}  {tarball.name}\n")
-        if previous:
-            shutil.rmtree(previous, ignore_errors=True)
+        tmp_digest.write_text(f"{sha256_of(tmp_tarball)}  {tarball.name}\n")
+        _publish(staging, tmp_tarball, tmp_digest, final_dir, tarball)
     except OSError as exc:
         raise ExportError(f"writing the artifact for {entry} failed: {exc}") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
         tmp_tarball.unlink(missing_ok=True)
+        tmp_digest.unlink(missing_ok=True)
     return final_dir, tarball
 
 
@@ -127,7 +149,7 @@ def up_to_date(artifacts_root: Path, version: str, entry: str, artifact_key: str
     so) and its tarball and files still match their recorded sha256; else None (build it)."""
     folder = artifacts_root / version / entry
     tarball = folder.parent / tarball_name(version, entry)
-    digest_file = folder.parent / f"{tarball.name}.sha256"
+    digest_file = digest_path(tarball)
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         recorded = digest_file.read_text().split()[0]
@@ -146,8 +168,12 @@ def up_to_date(artifacts_root: Path, version: str, entry: str, artifact_key: str
 
 
 def clean_stale_staging(artifacts_root: Path) -> None:
-    """Remove staging folders an interrupted export left behind."""
-    for leftover in artifacts_root.glob("*/.staging-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    for leftover in artifacts_root.glob("*/.*.partial"):
-        leftover.unlink(missing_ok=True)
+    """Remove what an export of a build that is gone left behind: staging folders, previous
+    artifacts moved aside (`.old-*`) and partial tarballs and digests. A live build's stay."""
+    for pattern in ("*/.staging-*", "*/.old-*", "*/.*.partial"):
+        for leftover in artifacts_root.glob(pattern):
+            if left_by_dead_process(leftover.name):
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover, ignore_errors=True)
+                else:
+                    leftover.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import subprocess
 import tarfile
 
 import pytest
@@ -129,3 +130,54 @@ def test_an_export_with_the_same_inputs_is_up_to_date_until_anything_in_it_chang
     library.write_bytes(original)
     tarball.write_bytes(b"truncated")
     assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") is None, "the tarball no longer matches its .sha256"
+
+
+class _Killed(BaseException):
+    """SIGKILL, as far as a test can: nothing after it in the publish runs."""
+
+
+@pytest.mark.parametrize("step", range(4))
+def test_a_kill_between_the_final_renames_leaves_no_artifact_that_counts_as_complete(tmp_path, inputs, monkeypatch,
+                                                                                      step):
+    """The renames of a re-export: old folder aside, new folder, tarball, and the .sha256 last. Killed
+    before any of them, the old artifact must no longer count as complete (its marker is gone) unless
+    the kill came before the publish began; never does a .sha256 sit beside files it does not match."""
+    artifacts = tmp_path / "artifacts"
+    export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "old"}, WHEN)
+    real_replace, calls = os.replace, []
+
+    def replace(source, target):
+        calls.append(target)
+        if len(calls) == step + 1:
+            raise _Killed()
+        real_replace(source, target)
+
+    monkeypatch.setattr(export.os, "replace", replace)
+    with pytest.raises(_Killed):
+        export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "new"}, WHEN)
+    monkeypatch.setattr(export.os, "replace", real_replace)
+    version_dir = artifacts / "0.1.0"
+    digest = version_dir / "flash_attn_standalone-0.1.0-e1.tar.gz.sha256"
+    assert not digest.exists(), "the marker of a complete export is written last and removed first"
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "old") is None
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "new") is None
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "new"}, WHEN)
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "new") == folder, "the next build completes it"
+
+
+def test_leftovers_of_a_dead_export_are_cleaned_and_a_live_ones_kept(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    version_dir = tmp_path / "artifacts" / "0.1.0"
+    dead = [version_dir / f".old-e1-{gone.pid}", version_dir / f".staging-e1-{gone.pid}-k2j4_x",
+            version_dir / f".flash_attn_standalone-0.1.0-e1.tar.gz.{gone.pid}.partial"]
+    live = [version_dir / f".old-e1-{os.getpid()}", version_dir / f".staging-e1-{os.getpid()}-ab12cd",
+            version_dir / f".flash_attn_standalone-0.1.0-e1.tar.gz.sha256.{os.getpid()}.partial"]
+    for path in dead + live:
+        if "partial" in path.name:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("half")
+        else:
+            (path / "lib").mkdir(parents=True)
+    export.clean_stale_staging(tmp_path / "artifacts")
+    assert [p for p in dead if p.exists()] == [] and all(p.exists() for p in live)

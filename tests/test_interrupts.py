@@ -1,0 +1,32 @@
+"""Stop signals become one exception on the main thread with the conventional exit code, and a
+signal inside a `deferred` block waits for the block to finish."""
+
+import os
+import signal
+
+import pytest
+
+from flashbuild.interrupts import Interrupted, deferred, handled
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_signal_raises_interrupted_with_128_plus_its_number(signum, code):
+    before = signal.getsignal(signum)
+    with pytest.raises(Interrupted) as caught, handled():
+        os.kill(os.getpid(), signum)
+        for _ in range(1000):  # the handler runs between bytecodes of the main thread
+            pass
+    assert caught.value.exit_code == code and caught.value.name == signal.Signals(signum).name
+    assert isinstance(caught.value, KeyboardInterrupt), "no `except Exception` may swallow it"
+    assert signal.getsignal(signum) == before, "the handler before the task is back"
+
+
+def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
+    steps = []
+    with pytest.raises(Interrupted) as caught, handled():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for step in range(3):
+                steps.append(step)
+        steps.append("after")
+    assert steps == [0, 1, 2] and caught.value.exit_code == 143
