@@ -16,13 +16,18 @@ def reports_errors(function):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         from flashbuild.errors import FlashBuildError
+        from flashbuild.interrupts import handled
 
         try:
-            return function(*args, **kwargs)
+            with handled():  # SIGINT/SIGTERM/SIGHUP: clean up, then exit 130/143/129
+                return function(*args, **kwargs)
         except FlashBuildError as error:
             raise Exit(error.report(), code=error.exit_code) from None
-        except KeyboardInterrupt:
-            raise Exit("interrupted; no artifact was exported for the unfinished entry", code=130) from None
+        except KeyboardInterrupt as interrupt:
+            name = getattr(interrupt, "name", "SIGINT")
+            raise Exit(f"interrupted ({name}); the build's container and partial outputs were removed, and no "
+                       "artifact was exported for the unfinished entry", code=getattr(interrupt, "exit_code", 130)) \
+                from None
 
     return wrapper
 
@@ -80,7 +85,7 @@ def setup(c):
     """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
     from flashbuild import commands
 
-    commands.setup()
+    commands.setup(REPO)
 
 
 @task(iterable=["local"], help={"offline": "use only the download cache", "local": "NAME=PATH of a local archive"})

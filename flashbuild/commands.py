@@ -14,11 +14,14 @@ from .memory import RESERVE_GB
 from .options import load_config
 
 
-def setup() -> None:
-    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
+def setup(repo: Path) -> None:
+    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
+    bubblewrap); remove containers that earlier builds of this clone left behind."""
+    from .container import docker_client, sweep_orphans
     from .host import setup as setup_host
 
     setup_host()
+    sweep_orphans(docker_client(), repo, print)
 
 
 def fetch(repo: Path, local: dict[str, Path], offline: bool = False) -> None:

@@ -6,6 +6,12 @@ the clone lives. Callers pass host paths: exec translates every argument (and a 
 names something under the repository to its path in the container. Other folders a command
 needs (extra_mounts) are mounted read-only at their own paths. Commands run as the calling
 user, so everything written under build/ belongs to them.
+
+Every container carries labels naming its owner (OWNER_LABELS: this clone, this host, the
+owning process and its start time), so that a later build or `invoke setup` can find and
+remove the orphans of this clone whose process is gone (`remove_orphans`), and never a
+container of another live build on a shared engine. A docker call that fails because the
+engine or the container went away mid-build becomes one EngineLost error saying which.
 """
 
 from __future__ import annotations
@@ -13,19 +19,71 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .errors import EnvironmentProblem, FlashBuildError
+from .errors import EngineLost, EnvironmentProblem, FlashBuildError
+from .interrupts import deferred
+from .processes import process_start
 
 MOUNT_POINT = "/flashbuild/src"
+# Labels of every container a build starts; a sweep selects this clone's by the first three.
+LABEL, CLONE_LABEL, HOST_LABEL = "flashbuild", "flashbuild.clone", "flashbuild.host"
+PID_LABEL, START_LABEL = "flashbuild.pid", "flashbuild.pid-start"
 
 
 @dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     output: str
+
+
+def owner_labels(repo_root: Path, pid: int | None = None) -> dict[str, str]:
+    """The labels that name who started a container: this clone, this host, this process."""
+    pid = os.getpid() if pid is None else pid
+    return {LABEL: "1", CLONE_LABEL: str(repo_root.resolve()), HOST_LABEL: socket.gethostname(),
+            PID_LABEL: str(pid), START_LABEL: process_start(pid) or ""}
+
+
+def is_orphan(labels: dict, repo_root: Path, host: str, started: Callable[[int], str | None]) -> bool:
+    """Whether a container with these labels belongs to a build of this clone on this host whose
+    process is gone (`started`: process_start). Another clone's, another host's (its pids mean
+    nothing here) and a live build's containers are never orphans of ours."""
+    if labels.get(CLONE_LABEL) != str(repo_root.resolve()) or labels.get(HOST_LABEL) != host:
+        return False
+    pid = labels.get(PID_LABEL, "")
+    if not pid.isdigit():
+        return False  # not labelled by this driver
+    return started(int(pid)) != labels.get(START_LABEL)
+
+
+def remove_orphans(client, repo_root: Path) -> list[str]:
+    """Remove this clone's containers whose build process is gone (interrupted by SIGKILL, or a
+    cleanup cut short by a second signal); returns their names."""
+    host = socket.gethostname()
+    filters = {"label": [f"{LABEL}=1", f"{CLONE_LABEL}={repo_root.resolve()}", f"{HOST_LABEL}={host}"]}
+    removed = []
+    for container in client.containers.list(all=True, filters=filters):
+        if is_orphan(container.labels, repo_root, host, process_start):
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
+def sweep_orphans(client, repo_root: Path, log) -> None:
+    """remove_orphans, each said; a sweep that fails is a note, not a failed build."""
+    from docker.errors import DockerException
+
+    try:
+        removed = remove_orphans(client, repo_root)
+    except (DockerException, OSError) as exc:
+        log(f"note: could not look for containers left by earlier builds of this clone ({exc.__class__.__name__})")
+        return
+    for name in removed:
+        log(f"removed container {name}: left by an earlier build of this clone whose process is gone")
 
 
 def docker_client():
@@ -48,7 +106,7 @@ def docker_client():
 class ToolchainContainer:
     def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None,
                  writable_mounts: list[Path] | None = None, environment: dict[str, str] | None = None,
-                 network: str = "none"):
+                 network: str = "none", memory_limit: int | None = None):
         self.client = client
         self.image = image
         self.repo_root = repo_root.resolve()
@@ -60,6 +118,10 @@ class ToolchainContainer:
         self.environment = {name: self.inside(value) for name, value in (environment or {}).items()}
         # "none" unless the build names a remote cache ("host": sccache reaches it as the host would).
         self.network = network
+        # Bytes all the container's processes may use together; over it, the kernel kills one of
+        # ours (never another process of the host) and the compiler retries that TU alone.
+        self.memory_limit = memory_limit
+        self.labels = owner_labels(self.repo_root)
         self._container = None
 
     def __enter__(self) -> "ToolchainContainer":
@@ -78,20 +140,71 @@ class ToolchainContainer:
             working_dir=MOUNT_POINT,
             environment={"HOME": "/tmp", "TMPDIR": "/tmp", **self.environment},
             user=f"{os.getuid()}:{os.getgid()}",
+            labels=self.labels,
         )
+        if self.memory_limit:
+            kwargs.update(mem_limit=self.memory_limit, memswap_limit=self.memory_limit)  # and no swap beyond
         try:
-            self._container = self.client.containers.run(**kwargs)
+            with deferred():  # a signal between starting it and keeping its handle would orphan it
+                self._container = self.client.containers.run(**kwargs)
         except DockerException as exc:
             raise FlashBuildError(f"cannot start container from {self.image}: {exc}") from None
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self._container is not None:
+        self.remove()
+
+    def remove(self) -> None:
+        """Remove the container now, which ends every command running in it (an interrupted
+        build's nvcc processes with it). Idempotent."""
+        container, self._container = self._container, None
+        if container is not None:
             try:
-                self._container.remove(force=True)
+                container.remove(force=True)
             except Exception:  # the build's own error matters more than a failed cleanup
                 pass
-            self._container = None
+
+    def _lost(self, exc: BaseException | None) -> EngineLost:
+        """The error for a docker call that failed (exc) or a command that died with its
+        container: which of the engine or the container went away, and what to do."""
+        what = f" ({exc.__class__.__name__})" if exc else ""
+        try:
+            self.client.ping()
+        except Exception:
+            return EngineLost(f"the Docker engine stopped answering during the build{what}",
+                              fix="start it again (`invoke setup`, or `sudo systemctl start docker`) and rerun "
+                                  "the build; objects compiled so far are cached")
+        return EngineLost(f"the build's container {self.name} was removed or stopped from outside the build "
+                          f"(docker rm/kill/stop, or an engine restart){what}",
+                          fix="rerun the build (objects compiled so far are cached); keep cleanup scripts off "
+                              f"containers labelled {LABEL}=1 while a build runs")
+
+    def _gone(self) -> bool:
+        """Whether the container no longer runs (asked after a command was killed)."""
+        from docker.errors import DockerException
+
+        if self._container is None:
+            return True
+        try:
+            self._container.reload()
+        except (DockerException, OSError):
+            return True
+        return self._container.status != "running"
+
+    def _exec_run(self, argv: list[str], environment) -> tuple[int, bytes]:
+        """exec_run, with a lost engine or container turned into EngineLost."""
+        from docker.errors import DockerException
+
+        container = self._container
+        if container is None:
+            raise self._lost(None)
+        try:  # requests' connection errors are OSErrors, not DockerExceptions
+            code, output = container.exec_run(argv, workdir=MOUNT_POINT, environment=environment)
+        except (DockerException, OSError) as exc:
+            raise self._lost(exc) from None
+        if code is None or code == 137 and self._gone():  # SIGKILLed with the container, not for memory
+            raise self._lost(None)
+        return code, output
 
     def _outside_clone(self, paths: list[Path] | None) -> list[Path]:
         """The folders of `paths` that the clone's own mount does not already cover."""
@@ -114,10 +227,10 @@ class ToolchainContainer:
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             command = f"{shlex.join(argv)} > {shlex.quote(self.inside(str(log_path)))} 2>&1"
-            code, _ = self._container.exec_run(["sh", "-c", command], workdir=MOUNT_POINT, environment=env)
+            code, _ = self._exec_run(["sh", "-c", command], env)
             output = log_path.read_text(errors="replace") if log_path.exists() else ""
             return ExecResult(code, output)
-        code, output = self._container.exec_run(argv, workdir=MOUNT_POINT, environment=env)
+        code, output = self._exec_run(argv, env)
         return ExecResult(code, output.decode("utf-8", "replace"))
 
     def run_tool(self, argv: list[str]) -> tuple[int, str]:

@@ -68,3 +68,10 @@ class ExportError(FlashBuildError):
 
     exit_code = 8
     kind = "export error"
+
+
+class EngineLost(FlashBuildError):
+    """The Docker engine, or the build's own container, went away while the build ran."""
+
+    exit_code = 9
+    kind = "engine error"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import checks, dist, export, images, predict, preflight, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
-from .container import ToolchainContainer, docker_client
+from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
 from .errors import ConfigError, VerifyError
 from .library import REAL_NAME_GLOB, STEM
@@ -100,6 +100,7 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     client = docker_client()  # before the downloads: no engine should cost no fetch
+    sweep_orphans(client, paths.repo, log)
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings, cluster) if use_sccache else None
