@@ -7,6 +7,12 @@ archs, image, upstream pin, and those of our own headers the TU includes), so a 
 build recompiles only what changed. Per-TU wall time and peak RSS (GNU time, which sees
 nvcc's children) go to the memory model (memory.py) and become the next build's estimates.
 Every nvcc runs under fixed_pid.py's shim, so that equal keys give byte-identical objects.
+
+nvcc writes to a name of this process's own (`*.o.<pid>.partial`), renamed to the object
+only on success; partials of a dead process are removed at the next compile. A TU the kernel
+killed for memory (SIGKILL: exit 137, or nvcc's or GNU time's report of signal 9) is compiled
+again alone with its estimate raised (schedule.retry_alone). An interrupt removes the
+container at once, which ends every nvcc, and then the partials of the TUs that were running.
 """
 
 from __future__ import annotations
@@ -23,15 +29,16 @@ from pathlib import Path
 
 from . import dist, fixed_pid, sccache
 from .container import ToolchainContainer
-from .errors import CompileError
+from .errors import CompileError, FlashBuildError
 from .families import Upstream
 from .images import ToolchainImage
 from .kernelgen import registry_text
 from .library import EXPORTS_MAP, LibraryName, read_version
-from .memory import HOST, Stats, estimate
+from .memory import GIB, HOST, Stats, estimate
 from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
+from .processes import left_by_dead_process
 from .progress import log
-from .schedule import Budget, Job, Outcome, SchedulerEvents, run_jobs
+from .schedule import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
 from .sources import FetchedSource
 
 # The public headers: the one consumers include, and the plan API it includes.
@@ -46,6 +53,20 @@ QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 LOG_TAIL_LINES = 40
 # Plain C11 without _GNU_SOURCE: see src/glibc_compat.c.
 PLAIN_C_FLAGS = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
+# How a SIGKILLed compile reports itself: GNU time ("Command terminated by signal 9"), nvcc
+# ("'cicc' died due to signal 9 (Kill signal)"), gcc ("Killed signal terminated program cc1plus").
+KILLED = re.compile(r"\bsignal 9\b|\bKill(ed)? signal\b")
+
+
+def killed_for_memory(exit_code: int, log_text: str, time_text: str) -> bool:
+    """Whether a failed compile was SIGKILLed: what the kernel's OOM killer (host or cgroup) does
+    to the largest process; the container's own loss is told apart before this (container.py)."""
+    return exit_code == 137 or bool(KILLED.search(log_text) or KILLED.search(time_text))
+
+
+def stale_partials(object_dir: Path) -> list[Path]:
+    """Partial objects whose writing process is gone (or of an older, pid-less name)."""
+    return [path for path in object_dir.glob("*.partial") if left_by_dead_process(path.name)]
 
 
 def gencode_flags(archs) -> list[str]:
@@ -107,6 +128,8 @@ class TUResult:
     wall_s: float | None = None
     peak_rss_kb: int | None = None
     log_path: Path | None = None
+    killed_for_memory: bool = False
+    estimate_kb: int | None = None  # what the scheduler reserved for it
 
 
 @dataclass
@@ -143,6 +166,8 @@ class EntryCompiler:
         self.shim: Path | None = None  # fixed_pid's shim, built by compile_all
         self.route = None  # sccache.Route when the build runs nvcc through sccache
         self.jobs_limit: int | None = None  # --jobs: also caps the jobs a cluster runs
+        self._partials: set[Path] = set()  # being written now, removed if the build is interrupted
+        self.retries: list[str] = []  # a line per TU compiled again alone after a memory kill
 
     # -- flags and keys -------------------------------------------------------------------
     def common_flags(self) -> list[str]:
@@ -241,25 +266,28 @@ class EntryCompiler:
         log_path = self.log_dir / f"{name}.log"
         time_path = self.log_dir / f"{name}.time"
         time_path.unlink(missing_ok=True)
-        partial = obj.with_suffix(".o.partial")
+        partial = obj.with_name(f"{obj.name}.{os.getpid()}.partial")
         nvcc = ["nvcc", "-c", *spec.flags, "-o", str(partial), str(spec.source)]
         route = self._route_for(kind)
         argv, environment = fixed_pid.wrap(["/usr/bin/time", "-f", "%e %M", "-o", str(time_path),
                                             *(route.wrap(nvcc) if route else nvcc)], self.shim, name)
-        started = time.monotonic()
-        result = self.container.exec(argv, log_path=log_path, environment=environment)
-        wall = time.monotonic() - started
-        peak_kb = None
-        if time_path.is_file():
-            fields = time_path.read_text().split()
-            if len(fields) >= 2 and fields[-1].isdigit():
-                peak_kb = int(fields[-1])
-        if result.exit_code != 0 or not partial.is_file():
+        self._partials.add(partial)
+        try:
+            started = time.monotonic()
+            result = self.container.exec(argv, log_path=log_path, environment=environment)
+            wall = time.monotonic() - started
+            time_text = time_path.read_text(errors="replace") if time_path.is_file() else ""
+            fields = time_text.split()
+            peak_kb = int(fields[-1]) if len(fields) >= 2 and fields[-1].isdigit() else None
+            if result.exit_code != 0 or not partial.is_file():
+                return TUResult(name, kind, obj, cached=False, ok=False, wall_s=wall, peak_rss_kb=peak_kb,
+                                log_path=log_path,
+                                killed_for_memory=killed_for_memory(result.exit_code, result.output, time_text))
+            os.replace(partial, obj)  # an interrupted nvcc never leaves a cache hit behind
+            return TUResult(name, kind, obj, cached=False, wall_s=wall, peak_rss_kb=peak_kb, log_path=log_path)
+        finally:
             partial.unlink(missing_ok=True)
-            return TUResult(name, kind, obj, cached=False, ok=False, wall_s=wall, peak_rss_kb=peak_kb,
-                            log_path=log_path)
-        os.replace(partial, obj)  # an interrupted nvcc never leaves a cache hit behind
-        return TUResult(name, kind, obj, cached=False, wall_s=wall, peak_rss_kb=peak_kb, log_path=log_path)
+            self._partials.discard(partial)
 
     # -- the entry ------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
@@ -287,36 +315,80 @@ class EntryCompiler:
 
     def compile_all(self, budget: Budget, events: SchedulerEvents) -> list[TUResult]:
         self.write_registry()
+        for leftover in stale_partials(self.object_dir):  # of a build that was SIGKILLed
+            leftover.unlink(missing_ok=True)
         self.shim = fixed_pid.build_shim(self.container, self.out_dir / "tools")
         if self.route:
             sccache.start_server(self.container, self.route, self.shim)
         if self.route and self.route.cluster:
             budget = self.cluster_budget()
-
-        def runner(job: Job) -> tuple[bool, TUResult]:
-            tu = job.payload
-            result = self._compile(self.kernel_spec(tu) if isinstance(tu, KernelTU) else self.host_spec(tu))
-            return result.ok, result
-
-        outcomes: list[Outcome] = run_jobs(self.jobs(), runner, budget, events)
+        try:
+            outcomes = self.compile_jobs(self.jobs(), budget, events)
+        except KeyboardInterrupt:
+            self.container.remove()  # ends every nvcc now, instead of waiting minutes for them
+            for partial in list(self._partials):
+                partial.unlink(missing_ok=True)
+            raise
         results = [o.result for o in outcomes if isinstance(o.result, TUResult)]
         # Through sccache GNU time sees only the client's memory: record what compiled directly.
         direct = [result for result in results if self._route_for(result.kind) is None]
         if direct:
             self.stats.record(self.plan.entry, direct)
+        if self.retries:
+            log(f"entry {self.plan.name}: {len(self.retries)} TU(s) killed for memory and compiled again alone: "
+                + "; ".join(self.retries))
+        lost = next((o.result for o in outcomes if isinstance(o.result, FlashBuildError)), None)
+        if lost is not None:  # the engine or the container went away: one error, not one per TU
+            raise lost
         for outcome in outcomes:
             if not outcome.ok:
-                if isinstance(outcome.result, TUResult) and outcome.result.log_path:
-                    log = outcome.result.log_path
-                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+                result = outcome.result
+                if isinstance(result, TUResult) and result.killed_for_memory:
                     raise CompileError(
-                        f"TU {outcome.job.name} failed to compile (entry {self.plan.name}); last lines of {log}:\n{tail}",
-                        fix=f"read the whole log: {log}",
+                        f"TU {outcome.job.name} (entry {self.plan.name}) was killed for memory twice, the second "
+                        f"time alone after reaching {(result.peak_rss_kb or 0) / 1024**2:.1f} GiB: it needs more "
+                        "memory than " + (f"the build's container may use ({limit / GIB:.1f} GiB)"
+                                          if (limit := getattr(self.container, "memory_limit", None))
+                                          else "this machine had free"),
+                        fix="free memory (other builds or programs) and build again, or build on a machine with "
+                            f"more memory; the compiler's log: {result.log_path}")
+                if isinstance(result, TUResult) and result.log_path:
+                    log_file = result.log_path
+                    tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+                    raise CompileError(
+                        f"TU {outcome.job.name} failed to compile (entry {self.plan.name}); last lines of "
+                        f"{log_file}:\n{tail}",
+                        fix=f"read the whole log: {log_file}",
                     )
                 raise CompileError(f"TU {outcome.job.name} failed: {outcome.result!r}")
         if len(results) != self.plan.tu_count:
             raise CompileError(f"entry {self.plan.name}: the build stopped before every TU was compiled")
         return results
+
+    def compile_jobs(self, jobs: list[Job], budget: Budget, events: SchedulerEvents) -> list[Outcome]:
+        """Compile the jobs (payload: a KernelTU, HostTU or TUSpec) under the budget; one killed for
+        memory is compiled again alone, and said so."""
+
+        def runner(job: Job) -> tuple[bool, TUResult]:
+            tu = job.payload
+            spec = tu if isinstance(tu, TUSpec) else self.kernel_spec(tu) if isinstance(tu, KernelTU) \
+                else self.host_spec(tu)
+            result = dataclasses.replace(self._compile(spec), estimate_kb=job.estimate_bytes // 1024)
+            return result.ok, result
+
+        def retry(outcome: Outcome) -> Job | None:
+            result = outcome.result
+            if not isinstance(result, TUResult):
+                return None
+            again = retry_alone(outcome.job, result.killed_for_memory, (result.peak_rss_kb or 0) * 1024)
+            if again is not None:
+                line = (f"{outcome.job.name} (killed at {(result.peak_rss_kb or 0) / 1024**2:.1f} GiB, estimate "
+                        f"{outcome.job.estimate_bytes / GIB:.1f} GiB; again alone, estimate "
+                        f"{again.estimate_bytes / GIB:.1f} GiB)")
+                self.retries.append(line)
+            return again
+
+        return run_jobs(jobs, runner, budget, events, retry=retry)
 
     def gpu_test_sources(self) -> list[Path]:
         sources = sorted((self.repo_root / GPU_TEST_DIR).glob("*.cpp"))

@@ -71,15 +71,32 @@ class Stats:
 
     def record(self, entry: Entry, results) -> None:
         """Keep the costs of the TUs this build compiled (results: TUResult-like, with name,
-        cached, wall_s, peak_rss_kb); cache hits measured nothing."""
+        cached, wall_s, peak_rss_kb, and ok and estimate_kb where known); cache hits measured
+        nothing, and a failed compile only raises what is recorded (`next_cost`)."""
         stats = self.read()
         for r in results:
-            if not r.cached and r.peak_rss_kb:
-                stats[stats_key(entry, r.name)] = {"peak_rss_kb": r.peak_rss_kb, "wall_s": round(r.wall_s, 1)}
+            key = stats_key(entry, r.name)
+            if not r.cached and (cost := next_cost(stats.get(key), r)):
+                stats[key] = cost
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.path)
+
+
+def next_cost(recorded: dict | None, result) -> dict | None:
+    """What to record for a TU after compiling it. A compile that finished measured its cost. One
+    that failed (a compile error, or killed for memory) stopped early: what it reached is only a
+    floor, so it never lowers what was recorded or estimated before it ran (`estimate_kb`)."""
+    if not result.peak_rss_kb:
+        return None
+    measured = {"peak_rss_kb": result.peak_rss_kb, "wall_s": round(result.wall_s or 0.0, 1)}
+    if getattr(result, "ok", True):
+        return measured
+    recorded = recorded or {}
+    return {"peak_rss_kb": max(measured["peak_rss_kb"], recorded.get("peak_rss_kb", 0),
+                               getattr(result, "estimate_kb", None) or 0),
+            "wall_s": max(measured["wall_s"], recorded.get("wall_s", 0))}
 
 
 def _malformed(stats) -> str | None:

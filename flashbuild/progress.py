@@ -49,4 +49,11 @@ def compile_progress(entry_name: str, total: int):
                                        f"{_note(outcome.result)}")
             progress.update(task, advance=1, description=describe())
 
-        yield SchedulerEvents(started=started, finished=finished)
+        def retried(outcome, again):
+            running.discard(outcome.job.name)
+            peak = (getattr(outcome.result, "peak_rss_kb", None) or 0) / 1024 / 1024
+            progress.console.print(f"  {'KILLED':6} {outcome.job.name} for memory at {peak:.2f} GiB; compiling it "
+                                   f"again alone (estimate {again.estimate_bytes / 1024**3:.2f} GiB)")
+            progress.update(task, description=describe())
+
+        yield SchedulerEvents(started=started, finished=finished, retried=retried)

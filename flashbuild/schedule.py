@@ -4,6 +4,11 @@ A job starts only when a CPU slot is free and the running jobs' memory estimates
 own fit the budget. A job whose estimate alone exceeds the budget runs by itself (it may
 still fit in reality; refusing it would make the build impossible), and the plan says so.
 The runner is a plain callable so the admission rule is testable with synthetic jobs.
+
+A job the kernel killed for memory is run once more, alone (`retry_alone`): nothing else is
+admitted until the machine is empty, nothing joins it, and its estimate is raised to the peak
+it reached. An interrupt (KeyboardInterrupt) leaves `run_jobs` at once, without waiting for
+the running jobs: the caller ends them (removing the container their commands run in).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Job(Generic[Payload]):
     name: str
     estimate_bytes: int
     payload: Payload
+    alone: bool = False  # started only on an empty machine, and nothing joins it (a retry)
 
 
 @dataclass
@@ -60,6 +66,7 @@ class SchedulerEvents:
 
     started: Callable[[Job], None] = lambda job: None
     finished: Callable[[Outcome], None] = lambda outcome: None
+    retried: Callable[[Outcome, Job], None] = lambda outcome, again: None  # the failed try, the retry
 
 
 def _read_int(path: str) -> int | None:
@@ -107,6 +114,32 @@ def admissible(job: Job, running_bytes: int, running_count: int, budget: Budget)
     return running_bytes + job.estimate_bytes <= budget.memory_bytes
 
 
+def admit(pending: list[Job], running: list[Job], budget: Budget) -> list[Job]:
+    """Which pending jobs (in their order) start now beside `running`. A job that must run alone
+    waits for an empty machine and lets no job behind it overtake it meanwhile."""
+    started: list[Job] = []
+    for job in pending:
+        now = running + started
+        if any(other.alone for other in now):
+            break
+        if job.alone:
+            if not now:
+                started.append(job)
+            break
+        if admissible(job, sum(other.estimate_bytes for other in now), len(now), budget):
+            started.append(job)
+    return started
+
+
+def retry_alone(job: Job, killed_for_memory: bool, peak_bytes: int | None) -> Job | None:
+    """The job to run again after a failed one: only one the kernel killed for memory, and only
+    if it did not run alone already; alone, with its estimate raised to the peak it reached
+    (memory that other jobs took beside it is free then). None: the failure stands."""
+    if not killed_for_memory or job.alone:
+        return None
+    return Job(job.name, max(job.estimate_bytes, peak_bytes or 0), job.payload, alone=True)
+
+
 def max_concurrency(estimates: list[int], budget: Budget) -> int:
     """How many jobs can run at once in the best case: the smallest estimates first."""
     total, count = 0, 0
@@ -124,27 +157,27 @@ def run_jobs(
     budget: Budget,
     events: SchedulerEvents | None = None,
     stop_on_failure: bool = True,
+    retry: Callable[[Outcome], Job | None] | None = None,
 ) -> list[Outcome]:
     """Run jobs under the budget, largest estimate first among those that fit.
     Returns outcomes in completion order. After a failure no new job starts (running ones
-    finish) when stop_on_failure is set."""
+    finish) when stop_on_failure is set. `retry` turns a failed outcome into a job to run
+    (first, before any other pending job) instead of a failure; e.g. partial(retry_alone, ...)."""
     events = events or SchedulerEvents()
     pending = sorted(jobs, key=lambda j: (-j.estimate_bytes, j.name))
     running: dict[Future, Job] = {}
     outcomes: list[Outcome] = []
     failed = False
-    def running_bytes() -> int:
-        return sum(job.estimate_bytes for job in running.values())
 
     # Admission and bookkeeping happen on this thread only; workers just run jobs.
-    with ThreadPoolExecutor(max_workers=budget.cpu_slots) as pool:
+    pool = ThreadPoolExecutor(max_workers=budget.cpu_slots)
+    try:
         while pending or running:
             if not (failed and stop_on_failure):
-                for job in list(pending):
-                    if admissible(job, running_bytes(), len(running), budget):
-                        pending.remove(job)
-                        events.started(job)
-                        running[pool.submit(runner, job)] = job
+                for job in admit(pending, list(running.values()), budget):
+                    pending.remove(job)
+                    events.started(job)
+                    running[pool.submit(runner, job)] = job
             if not running:
                 break
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -155,7 +188,16 @@ def run_jobs(
                 except Exception as exc:  # a runner bug must not hang the build
                     ok, result = False, exc
                 outcome = Outcome(job, ok, result)
+                again = None if ok or retry is None else retry(outcome)
+                if again is not None:
+                    events.retried(outcome, again)
+                    pending.insert(0, again)
+                    continue
                 outcomes.append(outcome)
                 failed = failed or not ok
                 events.finished(outcome)
+    except BaseException:  # an interrupt: the caller stops the running jobs; waiting here could take minutes
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return outcomes

@@ -17,6 +17,10 @@ class FakeContainer:
     def __init__(self):
         self.commands: list[list[str]] = []  # without fixed_pid's wrapper
         self.environments: list[dict] = []
+        self.removed = False
+
+    def remove(self):
+        self.removed = True
 
     def exec(self, argv, log_path=None, environment=None):
         from flashbuild.container import ExecResult

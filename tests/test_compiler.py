@@ -4,12 +4,18 @@ records, and that the manifest's expectation is the plan's."""
 
 import json
 import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from conftest import write_tree
+from conftest import FakeContainer, write_tree
 from flashbuild import fixed_pid
-from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler
+from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler, killed_for_memory
+from flashbuild.errors import CompileError, EngineLost
 from flashbuild.kernelgen import write_kernels
 from flashbuild.manifest import entry_manifest, expectation, read_manifest, with_report
 from flashbuild.checks import Report
@@ -150,3 +156,108 @@ def test_written_manifest_reads_back_for_verify(tree, fake_build):
     path = tree / "manifest.json"
     path.write_text(json.dumps(with_report(manifest, Report("lib"))))
     assert expectation(read_manifest(path)) == expectation(manifest)
+
+
+class KillingContainer(FakeContainer):
+    """A FakeContainer whose nvcc for the TUs in `kills` is SIGKILLed (as the OOM killer does to
+    cicc) that many times before it compiles; `block` holds every compile of a TU until set."""
+
+    def __init__(self, kills=None, block=None):
+        super().__init__()
+        self.kills = dict(kills or {})
+        self.block = block
+        self.compiled: list[str] = []
+
+    def exec(self, argv, log_path=None, environment=None):
+        from flashbuild.container import ExecResult
+
+        inner = argv[4:] if argv[:2] == ["sh", "-c"] else argv
+        if inner[0] != "/usr/bin/time":
+            return super().exec(argv, log_path, environment)
+        output = Path(inner[inner.index("-o", inner.index("nvcc")) + 1])
+        name = output.name.split("-")[0] if not output.name.startswith("fa2_fwd") else output.name[:24]
+        self.compiled.append(name)
+        if self.block is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_bytes(b"half an object")
+            self.block.wait(30)
+            if self.removed:  # as ToolchainContainer says of a command that died with its container
+                raise EngineLost("the container went away")
+        if self.kills.get(name):
+            self.kills[name] -= 1
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            Path(inner[inner.index("-o") + 1]).write_text("Command terminated by signal 9\n40.0 3145728\n")
+            log_path.write_text("nvcc error   : 'cicc' died due to signal 9 (Kill signal)\n")
+            return ExecResult(255, log_path.read_text())
+        return super().exec(argv, log_path, environment)
+
+
+KERNEL = "fa2_fwd_hdim64_fp16_sm90"
+
+
+def test_a_tu_killed_for_memory_is_retried_alone_and_the_build_completes(tree, fake_build):
+    container = KillingContainer(kills={KERNEL: 1})
+    compiler = EntryCompiler(tree, tree / "build", "smoke", compiler_for(tree, fake_build).plan, fake_build.image,
+                             fake_build.sources, container)
+    results = compiler.compile_all(Budget(64 * 1024**3, 2, "test"), SchedulerEvents())
+    assert all(r.ok for r in results) and len(results) == compiler.plan.tu_count
+    assert container.compiled.count(KERNEL) == 2
+    assert len(compiler.retries) == 1 and compiler.retries[0].startswith(f"{KERNEL} (killed at 3.0 GiB")
+    assert Stats(compiler.build_root).read()[f"{KERNEL}@sm_90a"]["peak_rss_kb"] == 2048000, "the retry's own peak"
+    assert not list(compiler.object_dir.glob("*.partial"))
+
+
+def test_a_tu_killed_for_memory_again_alone_fails_the_build_naming_it_and_its_peak(tree, fake_build):
+    container = KillingContainer(kills={KERNEL: 2})
+    compiler = EntryCompiler(tree, tree / "build", "smoke", compiler_for(tree, fake_build).plan, fake_build.image,
+                             fake_build.sources, container)
+    with pytest.raises(CompileError, match=f"TU {KERNEL} .* killed for memory twice, the second time alone after "
+                                           "reaching 3.0 GiB"):
+        compiler.compile_all(Budget(64 * 1024**3, 2, "test"), SchedulerEvents())
+    assert container.compiled.count(KERNEL) == 2
+    recorded = Stats(compiler.build_root).read()[f"{KERNEL}@sm_90a"]["peak_rss_kb"]
+    assert recorded >= 3145728, "a killed TU never records less than it reached"
+    assert not list(compiler.object_dir.glob(f"{KERNEL}-*"))
+
+
+def test_a_kill_is_read_from_the_exit_code_nvcc_gcc_or_gnu_time():
+    assert killed_for_memory(137, "", "")
+    assert killed_for_memory(255, "nvcc error   : 'cicc' died due to signal 9 (Kill signal)", "")
+    assert killed_for_memory(1, "g++: fatal error: Killed signal terminated program cc1plus", "")
+    assert killed_for_memory(1, "", "Command terminated by signal 9\n1.0 100")
+    assert not killed_for_memory(1, "error: identifier \"x\" is undefined", "2.0 300000")
+    assert not killed_for_memory(2, "signal 90 handlers", "")
+
+
+def test_an_interrupt_removes_the_container_and_every_partial_object_at_once(tree, fake_build):
+    release = threading.Event()
+    container = KillingContainer(block=release)
+    compiler = EntryCompiler(tree, tree / "build", "smoke", compiler_for(tree, fake_build).plan, fake_build.image,
+                             fake_build.sources, container)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compiler.compile_all(Budget(64 * 1024**3, 2, "test"), SchedulerEvents())
+        assert time.monotonic() - started < 5
+        assert container.removed
+        assert not list(compiler.object_dir.glob("*.partial")), "partial objects of the running TUs"
+    finally:
+        release.set()
+    time.sleep(0.2)  # the workers end once their (fake) nvcc returns
+    assert not list(compiler.object_dir.glob("*.o")) and not list(compiler.object_dir.glob("*.partial"))
+
+
+def test_partial_objects_of_a_dead_build_are_removed_and_a_live_ones_kept(tree, fake_build):
+    compiler = compiler_for(tree, fake_build)
+    compiler.object_dir.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = compiler.object_dir / f"x-0123.o.{gone.pid}.partial"
+    live = compiler.object_dir / "y-4567.o.1.partial"  # pid 1 runs as long as the machine does
+    legacy = compiler.object_dir / "z-89ab.o.partial"
+    for path in (dead, live, legacy):
+        path.write_bytes(b"half")
+    compile_all(compiler)
+    assert live.exists() and not dead.exists() and not legacy.exists()

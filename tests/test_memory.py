@@ -52,3 +52,25 @@ def test_dry_run_with_malformed_stats_plans_from_matrix_defaults(repo, tmp_path)
     assert result.returncode == 0
     assert result.stdout.count("tu-stats.json is not a TU stats file") == 1
     assert "(matrix default)" in result.stdout and "(recorded)" not in result.stdout
+
+
+def _result(ok, peak_kb, wall_s=10.0, estimate_kb=None):
+    return SimpleNamespace(name="k", cached=False, ok=ok, peak_rss_kb=peak_kb, wall_s=wall_s, estimate_kb=estimate_kb)
+
+
+def test_a_failed_compile_never_lowers_the_recorded_peak_and_a_finished_one_sets_it(tmp_path):
+    entry = SimpleNamespace(archs=("sm_90a",))
+    stats = Stats(tmp_path)
+    stats.record(entry, [_result(True, 4_000_000, 300.0)])
+    stats.record(entry, [_result(False, 900_000, 20.0, estimate_kb=4_000_000)])  # killed early: a floor
+    assert stats.read()["k@sm_90a"] == {"peak_rss_kb": 4_000_000, "wall_s": 300.0}
+    stats.record(entry, [_result(False, 5_000_000, 400.0, estimate_kb=4_000_000)])  # killed above it
+    assert stats.read()["k@sm_90a"] == {"peak_rss_kb": 5_000_000, "wall_s": 400.0}
+    stats.record(entry, [_result(True, 3_000_000, 250.0)])  # a finished compile measured the real cost
+    assert stats.read()["k@sm_90a"] == {"peak_rss_kb": 3_000_000, "wall_s": 250.0}
+
+
+def test_a_tu_killed_before_any_record_keeps_at_least_the_estimate_it_ran_under(tmp_path):
+    entry = SimpleNamespace(archs=("sm_90a",))
+    Stats(tmp_path).record(entry, [_result(False, 1_000_000, 30.0, estimate_kb=5_242_880)])
+    assert Stats(tmp_path).read()["k@sm_90a"]["peak_rss_kb"] == 5_242_880

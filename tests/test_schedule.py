@@ -1,9 +1,14 @@
 """Scheduler admission on synthetic jobs with known memory estimates."""
 
+import os
+import signal
 import threading
 import time
 
-from flashbuild.schedule import Budget, Job, admissible, max_concurrency, run_jobs
+import pytest
+
+from flashbuild.schedule import (Budget, Job, SchedulerEvents, admissible, admit, max_concurrency, retry_alone,
+                                 run_jobs)
 
 GB = 1_000_000_000
 
@@ -84,3 +89,65 @@ def test_max_concurrency_for_the_plan_printout():
     assert max_concurrency([int(4.6 * GB)] * 8, budget) == 4
     assert max_concurrency([int(4.6 * GB)] * 8, Budget(20 * GB, 2, "test")) == 2
     assert max_concurrency([30 * GB], budget) == 1
+
+
+def test_a_job_that_must_run_alone_waits_for_an_empty_machine_and_is_not_overtaken():
+    budget = Budget(memory_bytes=100 * GB, cpu_slots=4, source="test")
+    alone, small, other = Job("retry", 3 * GB, None, alone=True), Job("small", GB, None), Job("other", GB, None)
+    assert admit([alone, small], [other], budget) == [], "nothing overtakes a job waiting to run alone"
+    assert admit([alone, small], [], budget) == [alone], "and nothing joins it"
+    assert admit([small], [alone], budget) == []
+    assert admit([small, Job("b", GB, None)], [other], budget) == [small, Job("b", GB, None)]
+
+
+def test_only_a_job_killed_for_memory_is_retried_once_alone_with_the_peak_it_reached():
+    job = Job("tu", 2 * GB, "payload")
+    again = retry_alone(job, killed_for_memory=True, peak_bytes=3 * GB)
+    assert again == Job("tu", 3 * GB, "payload", alone=True)
+    assert retry_alone(job, killed_for_memory=True, peak_bytes=GB).estimate_bytes == 2 * GB, "never lowered"
+    assert retry_alone(job, killed_for_memory=False, peak_bytes=3 * GB) is None, "a compile error stands"
+    assert retry_alone(again, killed_for_memory=True, peak_bytes=4 * GB) is None, "killed alone: no third try"
+
+
+def test_a_job_killed_for_memory_runs_again_alone_and_the_run_completes():
+    killed_once = set()
+    recorder = Recorder()
+
+    def runner(job):
+        recorder(job)
+        if job.name == "big" and "big" not in killed_once:
+            killed_once.add("big")
+            return False, "killed"
+        return True, job.name
+
+    def retry(outcome):
+        return retry_alone(outcome.job, outcome.result == "killed", 6 * GB)
+
+    retried = []
+    events = SchedulerEvents(retried=lambda outcome, again: retried.append((outcome.job.name, again.estimate_bytes)))
+    jobs = [Job("big", 4 * GB, None)] + [Job(f"tu{i}", 2 * GB, None) for i in range(4)]
+    outcomes = run_jobs(jobs, runner, Budget(memory_bytes=8 * GB, cpu_slots=3, source="test"), events, retry=retry)
+    assert sorted(o.job.name for o in outcomes) == sorted(j.name for j in jobs) and all(o.ok for o in outcomes)
+    assert retried == [("big", 6 * GB)]
+    second_try = len(recorder.order) - 1 - recorder.order[::-1].index("big")
+    assert recorder.peaks[second_try] == (6 * GB, 1), "the retry started on an empty machine"
+    assert all(size < 6 * GB for size, _ in recorder.peaks[second_try + 1:]), "and nothing joined it"
+    assert recorder.order.count("big") == 2
+
+
+def test_an_interrupt_leaves_run_jobs_at_once_without_waiting_for_running_jobs():
+    release = threading.Event()
+
+    def blocked(job):
+        release.wait(30)
+        return True, job.name
+
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_jobs([Job("a", GB, None), Job("b", GB, None)], blocked, Budget(10 * GB, 2, "test"))
+        assert time.monotonic() - started < 5, "the running jobs were waited for"
+    finally:
+        release.set()
