@@ -168,6 +168,7 @@ class EntryCompiler:
         self.jobs_limit: int | None = None  # --jobs: also caps the jobs a cluster runs
         self._partials: set[Path] = set()  # being written now, removed if the build is interrupted
         self.retries: list[str] = []  # a line per TU compiled again alone after a memory kill
+        self.killed: list[TUResult] = []  # the tries that were killed, recorded before the retries' results
 
     # -- flags and keys -------------------------------------------------------------------
     def common_flags(self) -> list[str]:
@@ -331,7 +332,7 @@ class EntryCompiler:
             raise
         results = [o.result for o in outcomes if isinstance(o.result, TUResult)]
         # Through sccache GNU time sees only the client's memory: record what compiled directly.
-        direct = [result for result in results if self._route_for(result.kind) is None]
+        direct = [result for result in self.killed + results if self._route_for(result.kind) is None]
         if direct:
             self.stats.record(self.plan.entry, direct)
         if self.retries:
@@ -386,6 +387,7 @@ class EntryCompiler:
                         f"{outcome.job.estimate_bytes / GIB:.1f} GiB; again alone, estimate "
                         f"{again.estimate_bytes / GIB:.1f} GiB)")
                 self.retries.append(line)
+                self.killed.append(result)
             return again
 
         return run_jobs(jobs, runner, budget, events, retry=retry)

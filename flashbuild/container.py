@@ -7,7 +7,7 @@ names something under the repository to its path in the container. Other folders
 needs (extra_mounts) are mounted read-only at their own paths. Commands run as the calling
 user, so everything written under build/ belongs to them.
 
-Every container carries labels naming its owner (OWNER_LABELS: this clone, this host, the
+Every container carries labels naming its owner (`owner_labels`: this clone, this host, the
 owning process and its start time), so that a later build or `invoke setup` can find and
 remove the orphans of this clone whose process is gone (`remove_orphans`), and never a
 container of another live build on a shared engine. A docker call that fails because the
@@ -148,8 +148,19 @@ class ToolchainContainer:
             with deferred():  # a signal between starting it and keeping its handle would orphan it
                 self._container = self.client.containers.run(**kwargs)
         except DockerException as exc:
+            self._remove_by_name()  # created, maybe, but not started
             raise FlashBuildError(f"cannot start container from {self.image}: {exc}") from None
+        except KeyboardInterrupt:  # held back until it started: __exit__ will not run for it
+            self.remove()
+            raise
         return self
+
+    def _remove_by_name(self) -> None:
+        try:
+            self._container = self.client.containers.get(self.name)
+        except Exception:
+            return
+        self.remove()
 
     def __exit__(self, *exc_info) -> None:
         self.remove()

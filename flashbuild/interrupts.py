@@ -50,7 +50,9 @@ def handled():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, _handler) for signum in SIGNALS}
+    # A signal ignored from the start stays ignored: `nohup invoke build` must outlive its terminal.
+    previous = {signum: signal.signal(signum, _handler) for signum in SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     _state.update(raised=None, held=None, depth=0)
     try:
         yield

@@ -30,3 +30,15 @@ def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
                 steps.append(step)
         steps.append("after")
     assert steps == [0, 1, 2] and caught.value.exit_code == 143
+
+
+def test_a_signal_ignored_before_the_task_stays_ignored_as_under_nohup():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with handled():
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(1000):
+                pass
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
