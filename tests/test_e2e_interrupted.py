@@ -3,7 +3,8 @@ within seconds; with its container removed from outside (as a stopped engine wou
 fails with one engine error. Either way no container of that build is left, no object or partial
 object of the TU, and no artifact. The build runs in this repository with the TU's cached object
 and the smoke artifact moved aside (so that it compiles, ~150 s, and is not up to date), both put
-back after. Needs a Docker engine (`invoke setup`)."""
+back after. Runs after test_e2e.py (which builds the image and the smoke artifact). Needs a
+Docker engine (`invoke setup`)."""
 
 import shutil
 import signal
@@ -63,7 +64,7 @@ def _wait_for_the_kernel_compile(build, timeout=180):
         assert build.poll() is None, f"the build ended early:\n{build.communicate()}"
         for container in client.containers.list(filters={"label": f"{PID_LABEL}={build.pid}"}):
             try:
-                processes = container.top(ps_args="-eo args")["Processes"] or []
+                processes = container.top()["Processes"] or []
             except docker.errors.APIError:  # between starting and running
                 continue
             if any("nvcc" in " ".join(row) and KERNEL in " ".join(row) for row in processes):
