@@ -54,8 +54,9 @@ LOG_TAIL_LINES = 40
 # Plain C11 without _GNU_SOURCE: see src/glibc_compat.c.
 PLAIN_C_FLAGS = ["-O2", "-Xcompiler=-fPIC,-std=c11"]
 # How a SIGKILLed compile reports itself: GNU time ("Command terminated by signal 9"), nvcc
-# ("'cicc' died due to signal 9 (Kill signal)"), gcc ("Killed signal terminated program cc1plus").
-KILLED = re.compile(r"\bsignal 9\b|\bKill(ed)? signal\b")
+# ("'cicc' died due to signal 9 (Kill signal)"; under a cgroup limit it printed a bare "Killed"
+# line and exited 137), gcc ("Killed signal terminated program cc1plus").
+KILLED = re.compile(r"\bsignal 9\b|\bKill(ed)? signal\b|^Killed$", re.M)
 
 
 def killed_for_memory(exit_code: int, log_text: str, time_text: str) -> bool:

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,10 @@ def docker_client():
 
 
 class ToolchainContainer:
+    # How long a command SIGKILLed (exit 137) waits for the engine to tell whether its container
+    # went with it: `docker rm -f` ends the commands before the container's state says so.
+    LOSS_WAIT_S = 3.0
+
     def __init__(self, client, image: str, repo_root: Path, name_hint: str, extra_mounts: list[Path] | None = None,
                  writable_mounts: list[Path] | None = None, environment: dict[str, str] | None = None,
                  network: str = "none", memory_limit: int | None = None):
@@ -190,17 +195,25 @@ class ToolchainContainer:
                           fix="rerun the build (objects compiled so far are cached); keep cleanup scripts off "
                               f"containers labelled {LABEL}=1 while a build runs")
 
-    def _gone(self) -> bool:
-        """Whether the container no longer runs (asked after a command was killed)."""
+    def _gone(self, wait_s: float = 0.0) -> bool:
+        """Whether the container no longer runs (asked after a command failed), waiting up to
+        wait_s for the engine to say so."""
         from docker.errors import DockerException
 
-        if self._container is None:
-            return True
-        try:
-            self._container.reload()
-        except (DockerException, OSError):
-            return True
-        return self._container.status != "running"
+        deadline = time.monotonic() + wait_s
+        while True:
+            container = self._container
+            if container is None:
+                return True
+            try:
+                container.reload()
+            except (DockerException, OSError):
+                return True
+            if container.status != "running":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
     def _exec_run(self, argv: list[str], environment) -> tuple[int, bytes]:
         """exec_run, with a lost engine or container turned into EngineLost."""
@@ -213,7 +226,8 @@ class ToolchainContainer:
             code, output = container.exec_run(argv, workdir=MOUNT_POINT, environment=environment)
         except (DockerException, OSError) as exc:
             raise self._lost(exc) from None
-        if code is None or code == 137 and self._gone():  # SIGKILLed with the container, not for memory
+        # A command that failed because its container went (SIGKILLed with it: 137), not for memory.
+        if code is None or code != 0 and self._gone(self.LOSS_WAIT_S if code == 137 else 0.0):
             raise self._lost(None)
         return code, output
 

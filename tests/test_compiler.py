@@ -225,6 +225,7 @@ def test_a_kill_is_read_from_the_exit_code_nvcc_gcc_or_gnu_time():
     assert killed_for_memory(255, "nvcc error   : 'cicc' died due to signal 9 (Kill signal)", "")
     assert killed_for_memory(1, "g++: fatal error: Killed signal terminated program cc1plus", "")
     assert killed_for_memory(1, "", "Command terminated by signal 9\n1.0 100")
+    assert killed_for_memory(1, "Killed\n", "Command exited with non-zero status 1\n2.8 618260")
     assert not killed_for_memory(1, "error: identifier \"x\" is undefined", "2.0 300000")
     assert not killed_for_memory(2, "signal 90 handlers", "")
 

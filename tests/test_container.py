@@ -83,3 +83,29 @@ def test_an_engine_that_stops_answering_is_one_error_naming_how_to_start_it(tmp_
     with pytest.raises(EngineLost, match="Docker engine stopped answering during the build") as lost:
         container.exec(["nvcc", "--version"])
     assert "invoke setup" in lost.value.fix
+
+
+class _Dying(_Handle):
+    """A container that `docker rm -f` is taking down: still "running" at the first look."""
+
+    def __init__(self, looks_running: int):
+        super().__init__(code=137)
+        self.looks_running = looks_running
+
+    def reload(self):
+        self.status = "running" if self.looks_running > 0 else "exited"
+        self.looks_running -= 1
+
+
+def test_a_command_killed_while_its_container_is_being_removed_is_a_lost_container(tmp_path):
+    container = ToolchainContainer(_Client(), "image", tmp_path, "smoke")
+    container._container = _Dying(looks_running=2)
+    with pytest.raises(EngineLost, match="removed or stopped from outside"):
+        container.exec(["nvcc", "-c", "x.cu"])
+
+
+def test_a_command_killed_in_a_container_that_keeps_running_is_returned_as_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(ToolchainContainer, "LOSS_WAIT_S", 0.3)
+    container = ToolchainContainer(_Client(), "image", tmp_path, "smoke")
+    container._container = _Dying(looks_running=100)  # the OOM killer took one process, not the container
+    assert container.exec(["nvcc", "-c", "x.cu"]).exit_code == 137

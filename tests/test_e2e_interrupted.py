@@ -1,5 +1,5 @@
-"""A smoke build stopped while its kernel TU compiles: by SIGTERM or SIGINT it exits 143 or 130
-within seconds; with its container removed from outside (as a stopped engine would leave it) it
+"""A smoke build stopped while its kernel TU compiles: by SIGTERM, SIGINT or SIGHUP it exits 143,
+130 or 129 within seconds; with its container removed from outside (as a stopped engine would leave it) it
 fails with one engine error. Either way no container of that build is left, no object or partial
 object of the TU, and no artifact. The build runs in this repository with the TU's cached object
 and the smoke artifact moved aside (so that it compiles, ~150 s, and is not up to date), both put
@@ -83,7 +83,7 @@ def _assert_nothing_left(repo, artifacts, build):
     assert exported == [], "no artifact folder, tarball or staged export of the entry"
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_a_signal_during_compile_stops_the_build_in_seconds_and_leaves_nothing(smoke_to_compile, signum, code):
     repo, artifacts = smoke_to_compile
     build = _start_build(repo)
