@@ -6,6 +6,7 @@ shim), which runs real processes here."""
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from invoke import Context, Exit
 
 import tasks
 from conftest import write_tree
-from flashbuild import fixed_pid, host_toolchain, pipeline
+from flashbuild import checks, fixed_pid, host_toolchain, pipeline
 from flashbuild.compiler import EntryCompiler
 from flashbuild.errors import ConfigError, EnvironmentProblem
 from flashbuild.export import tarball_name
@@ -75,7 +76,9 @@ def host_bin(tmp_path) -> Path:
     """A PATH folder with a fake gcc, and the real cc the fake nvcc builds the shim with."""
     folder = tmp_path / "hostbin"
     script(folder / "gcc", FAKE_GCC)
-    os.symlink(Path("/usr/bin/cc").resolve(), folder / "cc") if Path("/usr/bin/cc").exists() else None
+    real_cc = shutil.which("cc")
+    if real_cc:
+        os.symlink(real_cc, folder / "cc")
     return folder
 
 
@@ -321,3 +324,36 @@ def test_a_host_build_compiles_every_tu_under_the_fixed_pid_and_records_costs(tm
     assert len(recorded) == compiler.plan.tu_count
     assert all(row["peak_rss_kb"] > 0 for row in recorded.values())
     assert Stats(tree / "build").peaks()  # the next build's estimates
+
+
+def test_a_host_build_exports_an_artifact_named_and_recorded_after_the_host_toolkit(tmp_path, host_bin, tree,
+                                                                                  fake_build, monkeypatch):
+    if not (host_bin / "cc").exists():
+        pytest.skip("no C compiler to build the fixed-PID shim with")
+    no_docker(monkeypatch)
+    monkeypatch.setenv("CUDA_HOME", str(fake_toolkit(tmp_path / "cuda")))
+    monkeypatch.setenv("PATH", f"{host_bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    monkeypatch.setattr(pipeline, "fetch_sources", lambda paths, local=None, offline=False, only=None:
+                        {name: fetched for name, fetched in fake_build.sources.items() if name in only})
+    verified = []
+
+    def verify(run, result, manifest, paths):  # the fake objects hold no symbols: test_checks.py covers the checks
+        verified.append(run)
+        report = checks.Report(str(result.library))
+        report.add("objects and library checked (stand-in)", True)
+        return report
+
+    monkeypatch.setattr(pipeline, "verify_build", verify)
+    [folder] = pipeline.build(tree, "smoke", backend="host")
+    assert folder == tree / "artifacts" / "1.2.3" / "smoke-host-cuda13.0-sm90a"
+    assert (folder.parent / "flash_attn_standalone-1.2.3-smoke-host-cuda13.0-sm90a.tar.gz").is_file()
+    assert isinstance(verified[0].__self__, HostToolchain)  # verify's tools ran on this machine
+    manifest = json.loads((folder / "manifest.json").read_text())
+    toolchain = manifest["toolchain"]
+    assert toolchain["backend"] == "host" and toolchain["cuda"] == "13.0"
+    assert toolchain["nvcc"] == "Build cuda_13.0.r13.0/compiler.1_0"  # what the toolkit's nvcc printed
+    assert toolchain["ptxas"] == "Cuda compilation tools, release 13.0, V13.0.88"
+    assert toolchain["host_cc"].startswith("gcc (Fake 12.2.0-14) 12.2.0")
+    assert "nvidia-cuda-nvcc-cu12" not in {source["name"] for source in manifest["sources"]}
+    assert manifest["entry"] == "smoke-host-cuda13.0-sm90a"
