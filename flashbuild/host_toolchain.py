@@ -138,6 +138,25 @@ def _output(argv: list, environ: dict) -> str:
     return result.stdout + result.stderr
 
 
+def _release_tuple(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def _cuobjdump(environ: dict, nvcc: Path, release: str) -> Path:
+    """Verify's cuobjdump, at least as new as nvcc: an older one misreads newer objects (12.4's
+    lists CUDA 13.0's sm_90a code as sm_90, and the arch check would fail)."""
+    found = shutil.which("cuobjdump", path=environ.get("PATH", os.defpath))
+    if not found:
+        raise EnvironmentProblem(f"no cuobjdump beside {nvcc} or on PATH (verify lists each object's GPU code with it)",
+                                 fix=f"install the toolkit's cuobjdump (CUDA {release} or newer) or put it on PATH")
+    own, _ = parse_release(_output([found, "--version"], environ))
+    if _release_tuple(own) < _release_tuple(release):
+        raise EnvironmentProblem(f"{found} is CUDA {own}'s cuobjdump, older than nvcc {release} ({nvcc}): it misnames "
+                                 f"the newer toolkit's GPU code, so verify would fail",
+                                 fix=f"put a cuobjdump of CUDA {release} or newer ahead of it on PATH")
+    return Path(found)
+
+
 def _host_compiler(environ: dict) -> Path:
     """The compiler nvcc drives: NVCC_CCBIN (a compiler or the folder holding gcc), else gcc."""
     ccbin = environ.get("NVCC_CCBIN")
@@ -159,17 +178,14 @@ class HostToolkit:
     ptxas_version: str
     host_cc: str  # the first line of its --version
     gpu_codes: tuple[str, ...]
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.nvcc.parent
+    cuobjdump: Path
+    path_first: tuple[str, ...]  # folders put ahead of PATH: nvcc's, and its real one if it is a link
 
     def environment(self, environ=None) -> dict:
         """environ (default: this process's) with the toolkit's bin/ first on PATH, so that nvcc,
-        ptxas and cuobjdump are this toolkit's."""
+        ptxas and cuobjdump are the ones discovery found."""
         environ = dict(os.environ if environ is None else environ)
-        first = dict.fromkeys([str(self.bin_dir), str(self.ptxas.parent)])
-        environ["PATH"] = os.pathsep.join([*first, environ.get("PATH", os.defpath)])
+        environ["PATH"] = os.pathsep.join([*self.path_first, environ.get("PATH", os.defpath)])
         return environ
 
     def identity(self, repo_root: Path) -> str:
@@ -205,8 +221,8 @@ def discover(environ=None) -> HostToolkit:
     environ = dict(os.environ if environ is None else environ)
     nvcc = find_nvcc(environ)
     # nvcc finds ptxas in its own (real) bin/ first; a wrapper script may leave that to PATH.
-    real_bin = Path(os.path.realpath(nvcc)).parent
-    env = {**environ, "PATH": os.pathsep.join([str(nvcc.parent), str(real_bin), environ.get("PATH", os.defpath)])}
+    path_first = tuple(dict.fromkeys([str(nvcc.parent), str(Path(os.path.realpath(nvcc)).parent)]))
+    env = {**environ, "PATH": os.pathsep.join([*path_first, environ.get("PATH", os.defpath)])}
     release, nvcc_version = parse_release(_output([nvcc, "--version"], env))
     ptxas_found = shutil.which("ptxas", path=env["PATH"])
     if not ptxas_found:
@@ -214,14 +230,12 @@ def discover(environ=None) -> HostToolkit:
     ptxas = Path(ptxas_found)
     _, ptxas_version = parse_release(_output([ptxas, "--version"], env))
     codes = parse_gpu_codes(_output([nvcc, "--list-gpu-code"], env))
-    if not shutil.which("cuobjdump", path=env["PATH"]):  # verify reads every object's GPU code with it
-        raise EnvironmentProblem(f"no cuobjdump beside {nvcc} or on PATH (verify lists each object's GPU code with it)",
-                                 fix="install the toolkit's cuobjdump (e.g. the cuda-cuobjdump package of the same "
-                                     "release) or put it on PATH")
+    cuobjdump = _cuobjdump(env, nvcc, release)
     cc = _host_compiler(env)
     host_cc = _output([cc, "--version"], env).strip().splitlines()[0]
     return HostToolkit(nvcc=nvcc, release=release, nvcc_version=nvcc_version, ptxas=ptxas,
-                       ptxas_version=ptxas_version, host_cc=f"{host_cc} ({cc})", gpu_codes=codes)
+                       ptxas_version=ptxas_version, host_cc=f"{host_cc} ({cc})", gpu_codes=codes,
+                       cuobjdump=cuobjdump, path_first=path_first)
 
 
 # -- the plan --------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def fake_toolkit(root: Path, release="13.0", codes=CUDA_13_CODES, cuobjdump=True
     script(root / "bin" / "nvcc", FAKE_NVCC.format(release=release, codes=codes))
     script(root / "bin" / "ptxas", FAKE_PTXAS.format(release=release))
     if cuobjdump:
-        script(root / "bin" / "cuobjdump", "#!/bin/sh\nexit 0\n")
+        script(root / "bin" / "cuobjdump", FAKE_PTXAS.format(release=release))
     return root
 
 
@@ -126,6 +126,15 @@ def test_a_toolkit_without_cuobjdump_is_refused_before_any_compile(tmp_path, hos
     root = fake_toolkit(tmp_path / "cuda", cuobjdump=False)
     with pytest.raises(EnvironmentProblem, match="no cuobjdump beside"):
         discover(environ_with(root, [host_bin]))
+
+
+def test_a_cuobjdump_older_than_nvcc_is_refused(tmp_path, host_bin):
+    root = fake_toolkit(tmp_path / "cuda", cuobjdump=False)
+    script(host_bin / "cuobjdump", FAKE_PTXAS.format(release="12.4"))  # 12.4's names 13.0's sm_90a code sm_90
+    with pytest.raises(EnvironmentProblem, match="is CUDA 12.4's cuobjdump, older than nvcc 13.0"):
+        discover(environ_with(root, [host_bin]))
+    script(host_bin / "cuobjdump", FAKE_PTXAS.format(release="13.2"))
+    assert discover(environ_with(root, [host_bin])).cuobjdump == host_bin / "cuobjdump"
 
 
 def test_no_host_compiler_is_refused_naming_gcc_and_nvcc_ccbin(tmp_path):
