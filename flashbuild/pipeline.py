@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from . import checks, dist, export, images, predict, preflight, sccache, sources
+from . import checks, dist, export, host_toolchain, images, predict, preflight, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
@@ -82,11 +82,22 @@ def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None
 
 def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
           reserve_gb: float = RESERVE_GB, offline: bool = False, local: dict[str, Path] | None = None,
-          use_sccache: bool = False) -> list[Path]:
+          use_sccache: bool = False, backend: str = "container") -> list[Path]:
     paths = Paths(repo.resolve())
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
+    host_toolchain.check_backend(backend, use_sccache)
+    # --backend host: this machine's CUDA toolkit instead of the image (host_toolchain.py).
+    toolkit = host_toolchain.discover() if backend == "host" else None
+    if toolkit:
+        plan = host_toolchain.host_plan(plan, toolkit)
+        console.print(toolkit.describe())
     budget = make_budget(int(reserve_gb * GIB), jobs)
+    if dry_run and toolkit:  # the plan and where it compiles; no engine or image to check
+        console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=True))
+        console.print(toolkit.describe_compiles(paths.build / "objects"))
+        preflight.kernels_fresh(config.matrices.values(), paths.kernels)
+        return []
     if dry_run:  # the plan, then everything the build would need, every problem found
         console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=True))
         found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ))
@@ -99,8 +110,9 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     preflight.kernels_fresh(config.matrices.values(), paths.kernels)
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
-    client = docker_client()  # before the downloads: no engine should cost no fetch
-    sweep_orphans(client, paths.repo, log)
+    client = None if toolkit else docker_client()  # before the downloads: no engine should cost no fetch
+    if client:
+        sweep_orphans(client, paths.repo, log)
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings, cluster) if use_sccache else None
@@ -110,8 +122,12 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
-        image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
-        log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
+        if toolkit:
+            image = toolkit.image(entry_plan.entry.image, paths.repo)
+            log(f"entry {entry_plan.name}: toolchain {image.tag}")
+        else:
+            image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
+            log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
         compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
         compiler.route = route
         compiler.jobs_limit = jobs
@@ -123,10 +139,10 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             continue
         shared = [route.cache_dir] if route else []
         config = [cluster.config_file.parent] if cluster else []  # sccache's client configuration, read-only
-        with ToolchainContainer(client, image.tag, paths.repo, entry_plan.name, extra_mounts=config,
-                                writable_mounts=shared,
-                                environment=route.environment if route else None,
-                                network=route.network if route else "none") as container:
+        runner = host_toolchain.HostToolchain(toolkit, paths.repo, paths.build) if toolkit else ToolchainContainer(
+            client, image.tag, paths.repo, entry_plan.name, extra_mounts=config, writable_mounts=shared,
+            environment=route.environment if route else None, network=route.network if route else "none")
+        with runner as container:
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
@@ -134,7 +150,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
                 for line in sccache.stats_lines(container, compiler.route):
                     log(line)
             result = compiler.link(results)
-            toolchain = {**images.describe(image),
+            made_by = toolkit.record() if toolkit else {"backend": "container", **images.describe(image)}
+            toolchain = {**made_by,
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
                             for tool in ("nvcc", "ptxas")}}
             manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, paths.repo),
