@@ -31,6 +31,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -286,12 +287,18 @@ class HostToolchain:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        """End every command still running, with all its processes (what removing the container
+        does to an interrupted build's nvcc processes). Each command runs in a session of its own,
+        so its whole tree (sh, peak_time, nvcc, cicc, ptxas) is one process group. Idempotent."""
         with self._lock:
             leftover = list(self._running)
-        for process in leftover:  # an interrupted build: what still runs goes with it
+        for process in leftover:
             try:
-                process.kill()
-            except OSError:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:  # already gone
                 pass
 
     def local(self, text: str) -> str:
@@ -317,7 +324,8 @@ class HostToolchain:
             out = open(log_path, "wb")
         try:
             process = subprocess.Popen(command, cwd=self.repo_root, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=out or subprocess.PIPE, stderr=subprocess.STDOUT)
+                                       stdout=out or subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
         except OSError as exc:
             if out:
                 out.close()

@@ -366,3 +366,29 @@ def test_a_host_build_exports_an_artifact_named_and_recorded_after_the_host_tool
     assert toolchain["host_cc"].startswith("gcc (Fake 12.2.0-14) 12.2.0")
     assert "nvidia-cuda-nvcc-cu12" not in {source["name"] for source in manifest["sources"]}
     assert manifest["entry"] == "smoke-host-cuda13.0-sm90a"
+
+
+def test_an_interrupted_host_build_ends_every_running_compile_at_once(tmp_path, host_bin, tree, fake_build):
+    """As removing the container does: the compiler's KeyboardInterrupt path calls remove(), which
+    ends each running command's whole process tree (here a "nvcc" with a child of its own)."""
+    import threading
+    import time
+
+    toolkit = discover(environ_with(fake_toolkit(tmp_path / "cuda"), [host_bin]))
+    runner = HostToolchain(toolkit, tree, tree / "build")
+    child_pid = tmp_path / "child.pid"
+    done = []
+    worker = threading.Thread(target=lambda: done.append(runner.exec(
+        ["/usr/bin/time", "-f", "%e %M", "-o", str(tmp_path / "t.time"),
+         "sh", "-c", f"sleep 60 & echo $! > {child_pid}; wait"])))
+    started = time.monotonic()
+    worker.start()
+    while not child_pid.is_file() or not child_pid.read_text().strip():
+        time.sleep(0.05)
+    runner.remove()
+    worker.join(10)
+    assert done and done[0].exit_code == 137 and time.monotonic() - started < 10
+    status = Path(f"/proc/{int(child_pid.read_text())}/status")
+    time.sleep(0.2)
+    # the compile's own child went with it (gone, or dead and not yet reaped by init)
+    assert not status.exists() or "State:\tZ" in status.read_text()
