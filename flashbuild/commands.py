@@ -51,18 +51,19 @@ def generate(repo: Path) -> None:
 
 def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
           offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False,
-          backend: str = "container") -> None:
+          backend: str = "container", sign_key: str | None = None) -> None:
     from .pipeline import build as run_build
+    from .provenance import sign_key_path
 
     run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local,
-              use_sccache=use_sccache, backend=backend)
+              use_sccache=use_sccache, backend=backend, sign_key=sign_key_path(sign_key))
 
 
-def verify(repo: Path, path: Path) -> None:
+def verify(repo: Path, path: Path, allowed_signers: Path | None = None) -> None:
     from .checks import raise_if_failed
     from .pipeline import verify_artifact
 
-    report = verify_artifact(repo, path)
+    report = verify_artifact(repo, path, allowed_signers)
     raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")
     print(report.render())
 

@@ -48,7 +48,8 @@ def require_tools() -> None:
     if missing:
         raise EnvironmentProblem(f"{' and '.join(missing)} not found: they check the artifact's CMake and "
                                  "pkg-config packages",
-                                 fix="run `invoke setup` (installs them on Debian), or `apt-get install cmake pkg-config`")
+                                 fix="run `invoke setup` (installs them on Debian), or "
+                                     "`apt-get install cmake pkg-config`")
 
 
 def _run(argv: list[str], env: dict | None = None) -> tuple[int, str]:
@@ -125,3 +126,21 @@ def verify_packages(folder: Path, name: LibraryName, report: Report) -> None:
     ok, detail = check_pkgconfig(folder, name)
     report.add(f"pkg-config --cflags --libs {PRODUCT} resolves to include/ and lib/ ({name.version_string})", ok,
                detail)
+
+
+def verify_built(library: Path, headers: list[Path], report: Report) -> None:
+    """At build time, before export: the package files this library will get, in a scratch prefix
+    laid out as the artifact (its lib/ and include/ linking to the built files)."""
+    from .packages import write_packages
+
+    name = LibraryName.of_file(library.name)
+    with tempfile.TemporaryDirectory(prefix="flashbuild-prefix-") as scratch:
+        root = Path(scratch) / "prefix"
+        (root / "lib").mkdir(parents=True)
+        (root / "lib" / name.real).symlink_to(library.resolve())
+        name.make_links(root / "lib")
+        (root / "include").mkdir()
+        for header in headers:
+            (root / "include" / header.name).symlink_to(header.resolve())
+        write_packages(root, name)
+        verify_packages(root, name, report)

@@ -16,6 +16,7 @@ The texts are pure functions of the library's names; package_checks.py proves th
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from .library import PRODUCT, STEM, LibraryName
@@ -148,3 +149,12 @@ def write_packages(root: Path, name: LibraryName) -> list[Path]:
         path.write_text(text)
         written.append(path)
     return written
+
+
+def keyed(artifact_key: str, name: LibraryName) -> str:
+    """The artifact key with the package texts in it: an artifact exported by an older build
+    (other package files, or none) is not up to date."""
+    digest = hashlib.sha256(artifact_key.encode())
+    for relative, text in sorted(package_texts(name).items()):
+        digest.update(f"\0{relative}\0{text}".encode())
+    return digest.hexdigest()
