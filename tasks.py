@@ -82,7 +82,8 @@ def _reserve_gb(value) -> float:
 @task
 @reports_errors
 def setup(c):
-    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
+    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
+    bubblewrap, cmake, pkg-config)."""
     from flashbuild import commands
 
     commands.setup(REPO)

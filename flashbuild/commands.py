@@ -16,7 +16,7 @@ from .options import load_config
 
 def setup(repo: Path) -> None:
     """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
-    bubblewrap); remove containers that earlier builds of this clone left behind."""
+    bubblewrap, cmake, pkg-config); remove containers that earlier builds of this clone left behind."""
     from .container import docker_client, sweep_orphans
     from .host import setup as setup_host
 
