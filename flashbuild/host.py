@@ -76,5 +76,6 @@ def setup(log=print) -> None:
     ensure_program("redis-server", "redis-server", "the tests' shared remote cache for sccache", log)
     ensure_program("bwrap", "bubblewrap", "the sandbox of sccache-dist's build servers (tests' local cluster)", log)
     ensure_program("cmake", "cmake", "checks the artifacts' CMake packages (build and `invoke verify`)", log)
-    ensure_program("pkg-config", "pkg-config", "checks the artifacts' pkg-config files (build and `invoke verify`)", log)
+    ensure_program("pkg-config", "pkg-config", "checks the artifacts' pkg-config files (build and `invoke verify`)",
+                   log)
     ensure_docker(log)

@@ -180,7 +180,8 @@ def test_the_cli_dry_run_prints_the_preflight_of_the_repository(repo):
     assert "Traceback" not in result.stdout + result.stderr
     subjects = [line.split(":")[0].split(maxsplit=1)[1] for line in result.stdout.splitlines()
                 if re.match(r"  (ok|PROBLEM|skipped) ", line)]
-    assert subjects == ["kernels/", "build time", "package checks", "compile route", "sources needed", "source flash-attn 2.8.3",
+    assert subjects == ["kernels/", "build time", "package checks", "compile route", "sources needed",
+                        "source flash-attn 2.8.3",
                         "source nvidia-cuda-nvcc-cu12 12.9.86", "Docker engine", "image cuda12-debian-trixie"]
     assert (result.returncode == 0) == ("PROBLEM" not in result.stdout)
 
