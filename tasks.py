@@ -82,7 +82,8 @@ def _reserve_gb(value) -> float:
 @task
 @reports_errors
 def setup(c):
-    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server, bubblewrap)."""
+    """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
+    bubblewrap, cmake, pkg-config)."""
     from flashbuild import commands
 
     commands.setup(REPO)
@@ -128,25 +129,30 @@ def generate(c):
                    "(SCCACHE_DIR: a cache folder clones and machines may share)",
         "backend": "where nvcc runs: container (the toolchain image, the default) or host (this machine's CUDA "
                    "toolkit: CUDA_HOME, else PATH; no Docker)",
+        "sign_key": "SSH key that signs each tarball's provenance (ssh-keygen -Y sign); default: "
+                    "FLASHBUILD_SIGN_KEY, else unsigned",
     },
 )
 @reports_errors
 def build(c, matrix="minimal", dry_run=False, jobs=None, reserve_gb=None, offline=False, local=None, sccache=False,
-          backend="container"):
+          backend="container", sign_key=None):
     """Build, verify and export the library for every entry of a matrix."""
     from flashbuild import commands
 
     commands.build(REPO, matrix, dry_run=dry_run, jobs=_jobs(jobs), reserve_gb=_reserve_gb(reserve_gb),
-                   offline=offline, local=_local_files(local), use_sccache=sccache, backend=backend)
+                   offline=offline, local=_local_files(local), use_sccache=sccache, backend=backend,
+                   sign_key=sign_key)
 
 
-@task(help={"path": "artifact folder artifacts/<version>/<entry>/ or the .so inside it"})
+@task(help={"path": "artifact folder artifacts/<version>/<entry>/, the .so inside it, or its .tar.gz",
+            "allowed_signers": "ssh allowed-signers file that the tarball's provenance signature must match"})
 @reports_errors
-def verify(c, path):
-    """Check a built library: instantiations, exports, archs, SONAME, NEEDED."""
+def verify(c, path, allowed_signers=None):
+    """Check an artifact: the library (instantiations, exports, archs, SONAME, NEEDED), SHA256SUMS,
+    the CMake and pkg-config packages; a tarball also its .sha256, provenance and signature."""
     from flashbuild import commands
 
-    commands.verify(REPO, Path(path))
+    commands.verify(REPO, Path(path), Path(allowed_signers) if allowed_signers else None)
 
 
 @task(help={"fast": "leave out the tests that build in a container (marker `container`)",

@@ -16,7 +16,7 @@ from .options import load_config
 
 def setup(repo: Path) -> None:
     """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
-    bubblewrap); remove containers that earlier builds of this clone left behind."""
+    bubblewrap, cmake, pkg-config); remove containers that earlier builds of this clone left behind."""
     from .container import docker_client, sweep_orphans
     from .host import setup as setup_host
 
@@ -51,18 +51,19 @@ def generate(repo: Path) -> None:
 
 def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
           offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False,
-          backend: str = "container") -> None:
+          backend: str = "container", sign_key: str | None = None) -> None:
     from .pipeline import build as run_build
+    from .provenance import sign_key_path
 
     run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local,
-              use_sccache=use_sccache, backend=backend)
+              use_sccache=use_sccache, backend=backend, sign_key=sign_key_path(sign_key))
 
 
-def verify(repo: Path, path: Path) -> None:
+def verify(repo: Path, path: Path, allowed_signers: Path | None = None) -> None:
     from .checks import raise_if_failed
     from .pipeline import verify_artifact
 
-    report = verify_artifact(repo, path)
+    report = verify_artifact(repo, path, allowed_signers)
     raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")
     print(report.render())
 

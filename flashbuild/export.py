@@ -1,5 +1,6 @@
-"""Verified library -> versioned artifact: artifacts/<version>/<entry>/ with lib/, include/,
-bin/, manifest.json and SHA256SUMS, plus a tarball beside it.
+"""Verified library -> versioned artifact: artifacts/<version>/<entry>/ with lib/ (and its
+consumer packages, packages.py), include/, bin/, manifest.json and SHA256SUMS, plus a tarball
+beside it and the files a caller derives from the finished tarball (its provenance).
 
 Everything is assembled under hidden names (a staging folder, the tarball and its .sha256
 as `.*.<pid>.partial`) and published only when complete (`_publish`). The .sha256 is the
@@ -22,12 +23,14 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from .build_time import BuildTime
 from .errors import ExportError
 from .hashing import sha256_of
 from .interrupts import deferred
 from .library import PRODUCT, LibraryName
+from .packages import write_packages
 from .processes import left_by_dead_process
 
 MANIFEST_SCHEMA = 1
@@ -42,9 +45,12 @@ def digest_path(tarball: Path) -> Path:
     return tarball.with_name(f"{tarball.name}.sha256")
 
 
-def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path, tarball: Path) -> None:
+def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path, tarball: Path,
+             extras: dict[Path, Path]) -> None:
     """Put a complete export in place of the previous one. Renames within one folder, the
-    marker (.sha256) removed first and renamed in last; signals are held back until done."""
+    marker (.sha256) removed first and renamed in last; signals are held back until done.
+    `extras` (final path -> staged path) go beside the tarball; files beside it that an earlier
+    export made and this one does not are removed."""
     digest = digest_path(tarball)
     previous = final_dir.with_name(f".old-{final_dir.name}-{os.getpid()}")
     shutil.rmtree(previous, ignore_errors=True)  # this process's own, from an export that failed midway
@@ -54,6 +60,11 @@ def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path
             os.replace(final_dir, previous)
         os.replace(staging, final_dir)
         os.replace(tmp_tarball, tarball)
+        for final, staged in extras.items():
+            os.replace(staged, final)
+        for stale in tarball.parent.glob(f"{tarball.name}.*"):
+            if stale not in extras and stale != digest:
+                stale.unlink()
         os.replace(tmp_digest, digest)  # complete again: the new folder, tarball and marker
     shutil.rmtree(previous, ignore_errors=True)
 
@@ -68,6 +79,7 @@ def _populate(staging: Path, library: Path, headers: list[Path], test_binary: Pa
         shutil.copy2(header, staging / "include" / header.name)
     (staging / "bin").mkdir()
     shutil.copy2(test_binary, staging / "bin" / test_binary.name)
+    write_packages(staging, LibraryName.of_file(library.name))
 
 
 def _file_hashes(root: Path) -> dict[str, str]:
@@ -102,10 +114,17 @@ def write_tarball(path: Path, folder: Path, top: str, mtime: int) -> None:
                 tar.addfile(info)
 
 
+# (tarball name, its sha256) -> {suffix: bytes}: files written beside the tarball as
+# <tarball name><suffix>, e.g. the provenance statement and its signature.
+Beside = Callable[[str, str], dict[str, bytes]]
+
+
 def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: list[Path],
-                    test_binary: Path, manifest: dict, when: BuildTime) -> tuple[Path, Path]:
+                    test_binary: Path, manifest: dict, when: BuildTime,
+                    beside: Beside | None = None) -> tuple[Path, Path]:
     """Write artifacts/<version>/<entry>/ and its tarball atomically (the version is the
     library's, from its real name); `when` dates the manifest and the tarball's entries.
+    `beside` makes the files that go next to the tarball; they are staged and published with it.
     Returns both paths."""
     version = LibraryName.of_file(library.name).version_string
     version_dir = artifacts_root / version
@@ -120,6 +139,7 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: li
         raise ExportError(f"cannot create {version_dir}: {exc.strerror}") from None
     tmp_tarball = version_dir / f".{tarball.name}.{pid}.partial"
     tmp_digest = version_dir / f".{digest_path(tarball).name}.{pid}.partial"
+    extras: dict[Path, Path] = {}  # final path -> staged path
     try:
         staging.chmod(0o755)  # mkdtemp makes it private; the artifact is for others to read
         _populate(staging, library, headers, test_binary)
@@ -132,8 +152,13 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: li
         sums = _file_hashes(staging)
         (staging / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))
         write_tarball(tmp_tarball, staging, top, when.epoch)
-        tmp_digest.write_text(f"{sha256_of(tmp_tarball)}  {tarball.name}\n")
-        _publish(staging, tmp_tarball, tmp_digest, final_dir, tarball)
+        digest = sha256_of(tmp_tarball)
+        for suffix, data in (beside(tarball.name, digest) if beside else {}).items():
+            final = version_dir / f"{tarball.name}{suffix}"
+            extras[final] = version_dir / f".{final.name}.{pid}.partial"
+            extras[final].write_bytes(data)
+        tmp_digest.write_text(f"{digest}  {tarball.name}\n")
+        _publish(staging, tmp_tarball, tmp_digest, final_dir, tarball, extras)
     except OSError as exc:
         raise ExportError(f"writing the artifact for {entry} failed: {exc}") from None
     finally:
@@ -141,6 +166,8 @@ def export_artifact(artifacts_root: Path, entry: str, library: Path, headers: li
             shutil.rmtree(staging, ignore_errors=True)
         tmp_tarball.unlink(missing_ok=True)
         tmp_digest.unlink(missing_ok=True)
+        for staged in extras.values():
+            staged.unlink(missing_ok=True)
     return final_dir, tarball
 
 

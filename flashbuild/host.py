@@ -1,6 +1,7 @@
-"""Host setup: a Docker engine, a Debian bootstrap tool and a Redis server (for the shared-cache
-test), installed (and dockerd started) when the host is a Debian machine and we are root;
-otherwise a message saying what to do."""
+"""Host setup: a Docker engine, a Debian bootstrap tool, a Redis server (for the shared-cache
+test), and CMake and pkg-config (they check every artifact's consumer packages), installed (and
+dockerd started) when the host is a Debian machine and we are root; otherwise a message saying
+what to do."""
 
 from __future__ import annotations
 
@@ -74,4 +75,7 @@ def setup(log=print) -> None:
     ensure_program("mmdebstrap", "mmdebstrap", "needed when no image registry is reachable", log)
     ensure_program("redis-server", "redis-server", "the tests' shared remote cache for sccache", log)
     ensure_program("bwrap", "bubblewrap", "the sandbox of sccache-dist's build servers (tests' local cluster)", log)
+    ensure_program("cmake", "cmake", "checks the artifacts' CMake packages (build and `invoke verify`)", log)
+    ensure_program("pkg-config", "pkg-config", "checks the artifacts' pkg-config files (build and `invoke verify`)",
+                   log)
     ensure_docker(log)

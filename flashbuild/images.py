@@ -196,6 +196,34 @@ def would_do(client, spec: ImageSpec, repo_root: Path, tools: dict[str, Path] | 
         return "its tag includes the hash of a tool not fetched yet: looked up after the fetch, built if absent"
     tag = image_tag(spec, repo_root, base, tools)
     return f"{tag} present" if _image_exists(client, tag) else f"{tag} absent: would be built (a few minutes)"
+CONSUMER_DOCKERFILE = Path("docker/consumer.Dockerfile")
+
+
+def ensure_consumer_image(client, toolchain: ToolchainImage, repo_root: Path, log_dir: Path, log=print) -> str:
+    """The tag of the consumer image: `toolchain` plus CMake and pkg-config, to build programs
+    against an artifact (examples/consumer). Built on top of the toolchain image, never into it,
+    so the toolchain's id (in every object key) stays the same."""
+    dockerfile_path = repo_root / CONSUMER_DOCKERFILE
+    tag = f"{IMAGE_REPO}/consumer:{_digest(dockerfile_path.read_text(), toolchain.image_id)}"
+    if _image_exists(client, tag):
+        return tag
+    log(f"building the consumer image {tag} on {toolchain.tag}")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "image-consumer.log"
+    from docker.errors import DockerException
+
+    lines: list[str] = []
+    try:
+        with _build_context(dockerfile_path, {}) as context:
+            stream = client.api.build(path=str(context), dockerfile=dockerfile_path.name,
+                                      buildargs={"TOOLCHAIN": toolchain.tag}, tag=tag, rm=True, forcerm=True,
+                                      decode=True)
+            error = _write_build_log(stream, log_path, lines)
+    except DockerException as exc:
+        error = str(exc)
+    if error or not _image_exists(client, tag):
+        raise ImageError(f"building {tag} failed: {error}\n{''.join(lines[-30:])}", fix=f"see {log_path}")
+    return tag
 
 
 def describe(image: ToolchainImage) -> dict:

@@ -1,22 +1,25 @@
 """The pipeline, in the one direction data flows:
 matrix -> plan -> jobs -> objects -> library -> verified artifact.
 
-`build` runs it for every entry of a matrix; `verify_artifact` checks an exported library
-against its manifest, as the build did before exporting it.
+`build` runs it for every entry of a matrix, writing each tarball's provenance beside it;
+`verify_artifact` checks an exported library against its manifest, as the build did before
+exporting it, and the consumer packages; given a tarball, it first checks what lies beside it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
-from . import checks, dist, export, host_toolchain, images, predict, preflight, sccache, sources
+from . import checks, dist, export, host_toolchain, images, package_checks, packages, predict, preflight, \
+    provenance, release_checks, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
 from .errors import ConfigError, VerifyError
-from .library import REAL_NAME_GLOB, STEM
+from .library import REAL_NAME_GLOB, STEM, LibraryName
 from .manifest import entry_manifest, expectation, read_manifest, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
@@ -82,7 +85,7 @@ def ensure_toolchain(client, spec: ImageSpec, paths: Paths, fetched: dict | None
 
 def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None = None,
           reserve_gb: float = RESERVE_GB, offline: bool = False, local: dict[str, Path] | None = None,
-          use_sccache: bool = False, backend: str = "container") -> list[Path]:
+          use_sccache: bool = False, backend: str = "container", sign_key: Path | None = None) -> list[Path]:
     paths = Paths(repo.resolve())
     config = load_config(paths.matrix)
     plan = make_plan(config.matrix(matrix_name), paths.repo)
@@ -110,6 +113,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     preflight.kernels_fresh(config.matrices.values(), paths.kernels)
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
+    package_checks.require_tools()  # the packages are checked before export: no tool, no work
+    git = provenance.git_state(paths.repo)  # as the build starts, before it writes anything
     client = None if toolkit else docker_client()  # before the downloads: no engine should cost no fetch
     if client:
         sweep_orphans(client, paths.repo, log)
@@ -131,9 +136,11 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
         compiler.route = route
         compiler.jobs_limit = jobs
-        artifact_key = compiler.artifact_key()
-        current = export.up_to_date(paths.artifacts, compiler.name.version_string, entry_plan.name, artifact_key)
-        if current is not None:
+        artifact_key = packages.keyed(compiler.artifact_key(), compiler.name)
+        version = compiler.name.version_string
+        current = export.up_to_date(paths.artifacts, version, entry_plan.name, artifact_key)
+        tarball = paths.artifacts / version / export.tarball_name(version, entry_plan.name)
+        if current is not None and provenance.is_recorded(tarball, signed=sign_key is not None):
             log(f"entry {entry_plan.name}: {current.relative_to(paths.repo)} is up to date (same inputs); left alone")
             exported.append(current)
             continue
@@ -157,11 +164,18 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
             manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, paths.repo),
                         "artifact_key": artifact_key}
             report = verify_build(container.run_tool, result, manifest, paths)
+            package_checks.verify_built(result.library, result.headers, report)
             checks.raise_if_failed(report, "see the FAIL lines above; nothing was exported for this entry")
             console.print(report.render())
+        manifest = with_report(manifest, report)
+        beside = provenance.beside_files(matrix=plan.matrix.name, entry=entry_plan.entry, manifest=manifest,
+                                         repo=paths.repo, git=git, command=provenance.command_line(
+                                             plan.matrix.name, use_sccache, backend),
+                                         build_time={"epoch": when.epoch, "source": when.source}, sign_key=sign_key)
         folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.headers,
-                                                 result.test_binary, with_report(manifest, report), when)
-        log(f"exported {folder.relative_to(paths.repo)} and {tarball.relative_to(paths.repo)}")
+                                                 result.test_binary, manifest, when, beside)
+        log(f"exported {folder.relative_to(paths.repo)} and {tarball.relative_to(paths.repo)}, with its provenance"
+            + (f" signed by {sign_key}" if sign_key else ""))
         exported.append(folder)
     log(f"matrix {plan.matrix.name} done in {time.monotonic() - started:.0f} s")
     return exported
@@ -179,19 +193,43 @@ def verify_build(run, result: EntryBuild, manifest: dict, paths: Paths) -> check
     return report
 
 
-def verify_artifact(repo: Path, target: Path) -> checks.Report:
-    """`invoke verify PATH`: an artifact folder, or a library inside one (its manifest.json
-    says what it must hold)."""
+def verify_artifact(repo: Path, target: Path, allowed_signers: Path | None = None) -> checks.Report:
+    """`invoke verify PATH`: an artifact folder, a library inside one (its manifest.json says
+    what it must hold), or an exported tarball (its .sha256, provenance and signature, then the
+    folder's checks on a temporary unpacked copy)."""
     paths = Paths(repo.resolve())
     target = target.resolve()
     if not target.exists():
-        raise ConfigError(f"{target} does not exist", fix="pass an artifact folder or the .so inside one")
+        raise ConfigError(f"{target} does not exist", fix="pass an artifact folder, the .so inside one, or its tarball")
+    if allowed_signers is not None and not allowed_signers.is_file():
+        raise ConfigError(f"the allowed-signers file {allowed_signers} does not exist",
+                          fix="one line per signer: `<identity> <public key>` (see the README's release section)")
+    if release_checks.is_tarball(target):
+        report = checks.Report(str(target))
+        digest = release_checks.check_digest(target, report)
+        release_checks.check_provenance(target, digest, allowed_signers, report)
+        with tempfile.TemporaryDirectory(prefix="flashbuild-verify-") as scratch:
+            folder = release_checks.unpack(target, Path(scratch))
+            _verify_folder(paths, folder, folder, report)
+        return report
+    if allowed_signers is not None:
+        raise ConfigError("--allowed-signers checks a tarball's signature; this is not a tarball",
+                          fix="pass the .tar.gz beside the folder, or leave --allowed-signers out")
     folder = target if target.is_dir() else target.parent.parent
+    report = checks.Report(str(target))
+    _verify_folder(paths, folder, target, report)
+    return report
+
+
+def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Report) -> None:
+    """The library (target, or the one in folder/lib) against folder's manifest.json, every file
+    against SHA256SUMS, and the consumer packages."""
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
         raise ConfigError(f"no manifest.json in {folder}",
                           fix=f"pass artifacts/<version>/<entry>/ or its lib/{STEM}.so.X.Y.Z")
     manifest = read_manifest(manifest_path)
+    package_checks.require_tools()  # before the library's checks, which may start a container
     if target.is_dir():
         candidates = sorted((folder / "lib").glob(REAL_NAME_GLOB))
         if not candidates:
@@ -199,12 +237,16 @@ def verify_artifact(repo: Path, target: Path) -> checks.Report:
         library = candidates[0]
     else:
         library = target
-    expect = expectation(manifest)
+    _verify_library(paths, library, expectation(manifest), manifest, report)
+    release_checks.check_sums(folder, report)
+    package_checks.verify_packages(folder, LibraryName.of_file(library.name), report)
+
+
+def _verify_library(paths: Paths, library: Path, expect, manifest: dict, report: checks.Report) -> None:
     run = checks.host_runner()
-    report = checks.Report(str(library))
     if run is not None:
         checks.verify_library(run, library, expect, report)
-        return report
+        return
     config = load_config(paths.matrix)
     built_with = manifest.get("toolchain", {}).get("dockerfile")
     spec = next((s for s in config.images.values() if s.dockerfile == built_with), next(iter(config.images.values())))
@@ -213,4 +255,3 @@ def verify_artifact(repo: Path, target: Path) -> checks.Report:
     # Mount what is being verified: the repo is always mounted; a library outside it is copied in.
     with ToolchainContainer(client, image.tag, paths.repo, "verify", extra_mounts=[library.parent]) as container:
         checks.verify_library(container.run_tool, library, expect, report)
-    return report

@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,35 @@ def write_tree(root: Path, files: dict) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+@pytest.fixture
+def provenance_record(repo):
+    """What the build hands provenance.beside_files for the smoke entry (made-up image and commit)."""
+    from flashbuild import provenance
+    from flashbuild.options import load_config
+    from flashbuild.sources import load_lock
+
+    entry = load_config(repo / "matrix.yaml").matrix("smoke").entries[0]
+    pins = load_lock(repo / "sources.lock.yaml")
+    manifest = {"version": "0.4.0", "entry": entry.name, "flags": ["-O3", "-I$REPO/src"], "archs": ["sm_90a"],
+                "artifact_key": "k" * 64,
+                "sources": [{"name": p.name, "version": p.version, "filename": p.filename, "sha256": p.sha256}
+                            for p in pins.values()],
+                "toolchain": {"tag": "flashbuild/cuda12-debian-trixie:cd8111c17aa26401", "id": "sha256:" + "ab" * 32,
+                              "dockerfile": "docker/cuda12-debian-trixie.Dockerfile"}}
+    return {"matrix": "smoke", "entry": entry, "manifest": manifest, "repo": repo, "pins": pins,
+            "git": {"commit": "c" * 40, "dirty": True}, "command": provenance.command_line("smoke", False),
+            "build_time": {"epoch": 1_700_000_000, "source": "SOURCE_DATE_EPOCH"}}
+
+
+def keypair(tmp_path, name="release"):
+    key = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+    return key
+
+
+def allowed(tmp_path, key, identity="release@example.org"):
+    signers = tmp_path / f"allowed_signers-{key.name}"
+    signers.write_text(f"{identity} {(key.parent / (key.name + '.pub')).read_text()}")
+    return signers

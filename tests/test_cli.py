@@ -114,3 +114,15 @@ def test_cli_verify_of_a_manifest_lacking_keys_is_a_verify_error(repo, tmp_path)
     result = invoke_cli(repo, "verify", str(folder))
     assert result.returncode == 7
     assert "manifest.json: (top level): 'api' is a required property" in result.stderr
+
+
+def test_cli_refuses_a_missing_signing_key_or_allowed_signers_file_without_traceback(repo, tmp_path):
+    result = invoke_cli(repo, "build", "--matrix", "smoke", "--sign-key", str(tmp_path / "no-such-key"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"the signing key {tmp_path / 'no-such-key'} does not exist" in result.stderr
+    folder = artifact_with_manifest(tmp_path, json.dumps(GOOD))
+    result = invoke_cli(repo, "verify", str(folder), "--allowed-signers", str(tmp_path / "nobody"))
+    assert result.returncode == 2 and "allowed-signers file" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "signers").write_text("")
+    result = invoke_cli(repo, "verify", str(folder), "--allowed-signers", str(tmp_path / "signers"))
+    assert result.returncode == 2 and "this is not a tarball" in result.stderr

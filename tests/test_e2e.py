@@ -57,6 +57,13 @@ def test_smoke_build_exports_a_verified_versioned_artifact(smoke_artifact):
     tarball = folder.parent / f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
     with tarfile.open(tarball) as tar:
         assert f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a/bin/test_varlen_inference" in tar.getnames()
+    assert {"lib/cmake/flash_attn_standalone/flash_attn_standaloneConfig.cmake",
+            "lib/pkgconfig/flash_attn_standalone.pc"} <= set(manifest["files"])
+    assert any(check["check"].startswith("cmake: find_package") for check in manifest["verify"])
+    statement = json.loads((folder.parent / f"{tarball.name}.provenance.json").read_text())
+    assert statement["subject"][0]["digest"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    image = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}["toolchain-image"]
+    assert image["digest"]["sha256"] == manifest["toolchain"]["id"].removeprefix("sha256:")
 
 
 def test_test_binary_runs_here_and_reports_no_gpu(smoke_artifact):
@@ -95,6 +102,25 @@ def test_verify_passes_on_the_artifact(smoke_artifact):
     result = invoke(repo, "verify", str(folder))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 failed" in result.stdout
+
+
+def test_verify_passes_on_the_tarball_as_copied_and_fails_once_its_checksum_is_wrong(smoke_artifact, tmp_path):
+    """The tarball, its .sha256 and its provenance copied elsewhere: verify unpacks it to a
+    temporary folder and runs every check, the consumer packages included."""
+    repo, version, folder, _ = smoke_artifact
+    name = f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
+    for suffix in ("", ".sha256", ".provenance.json"):
+        shutil.copy2(folder.parent / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    result = invoke(repo, "verify", str(tmp_path / name))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for passed in (f"[PASS] {name}.sha256 matches the tarball", "[PASS] SHA256SUMS: every file of the artifact matches",
+                   "[PASS] cmake: find_package(flash_attn_standalone", "[PASS] pkg-config --cflags --libs",
+                   "[PASS] nm: all 1 planned instantiations are in the library", "provenance.json: SLSA v1"):
+        assert passed in result.stdout
+    (tmp_path / f"{name}.sha256").write_text(f"{'0' * 64}  {name}\n")
+    result = invoke(repo, "verify", str(tmp_path / name))
+    assert result.returncode == 7
+    assert f"[FAIL] {name}.sha256 matches the tarball" in result.stdout + result.stderr
 
 
 def test_verify_fails_clearly_on_a_broken_library(smoke_artifact, tmp_path):

@@ -30,8 +30,9 @@ def smoke_to_compile(repo, tmp_path):
     tarball = artifacts / f"flash_attn_standalone-{version}-{ENTRY}.tar.gz"
     aside = tmp_path / "aside"
     aside.mkdir()
-    moved = [path for path in [*(repo / "build" / "objects").glob(f"{KERNEL}-*.o"), artifacts / ENTRY, tarball,
-                               tarball.with_name(f"{tarball.name}.sha256")] if path.exists()]
+    # The folder, the tarball and everything beside it (.sha256, provenance, signature).
+    exported = [artifacts / ENTRY, tarball, *artifacts.glob(f"{tarball.name}.*")]
+    moved = [path for path in [*(repo / "build" / "objects").glob(f"{KERNEL}-*.o"), *exported] if path.exists()]
     for path in moved:
         shutil.move(path, aside / path.name)
     try:

@@ -11,6 +11,7 @@ import pytest
 from flashbuild import export
 from flashbuild.build_time import BuildTime, build_time
 from flashbuild.errors import ConfigError, ExportError
+from flashbuild.packages import PACKAGE_FILES
 
 WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
 
@@ -39,7 +40,9 @@ def test_complete_artifact(tmp_path, inputs):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["version"] == "0.1.0" and manifest["matrix"] == "smoke"
     assert set(manifest["files"]) == {"lib/libflash_attn_standalone.so.0.1.0", "include/flash_attn_standalone.h",
-                                      "include/flash_attn_standalone_plan.h", "bin/test_varlen_inference"}
+                                      "include/flash_attn_standalone_plan.h", "bin/test_varlen_inference",
+                                      *map(str, PACKAGE_FILES)}
+    assert "Version: 0.1.0" in (folder / "lib/pkgconfig/flash_attn_standalone.pc").read_text()
     for line in (folder / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split("  ")
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
@@ -181,3 +184,34 @@ def test_leftovers_of_a_dead_export_are_cleaned_and_a_live_ones_kept(tmp_path):
             (path / "lib").mkdir(parents=True)
     export.clean_stale_staging(tmp_path / "artifacts")
     assert [p for p in dead if p.exists()] == [] and all(p.exists() for p in live)
+
+
+def test_files_made_beside_the_tarball_name_its_digest_and_a_later_export_drops_those_it_no_longer_makes(
+        tmp_path, inputs):
+    artifacts = tmp_path / "artifacts"
+
+    def statement_and_signature(name, digest):
+        return {".provenance.json": f"{name} {digest}\n".encode(), ".provenance.json.sig": b"signed\n"}
+
+    _, tarball = export.export_artifact(artifacts, "e1", *inputs, {}, WHEN, beside=statement_and_signature)
+    statement = (tarball.parent / f"{tarball.name}.provenance.json").read_text()
+    assert statement == f"{tarball.name} {hashlib.sha256(tarball.read_bytes()).hexdigest()}\n"
+    assert (tarball.parent / f"{tarball.name}.provenance.json.sig").is_file()
+    export.export_artifact(artifacts, "e1", *inputs, {}, WHEN, beside=lambda name, digest: {".provenance.json": b"{}"})
+    assert sorted(p.name for p in tarball.parent.iterdir()) == [
+        "e1", tarball.name, f"{tarball.name}.provenance.json", f"{tarball.name}.sha256"]
+
+
+def test_a_failure_while_making_the_files_beside_keeps_the_previous_artifact_whole(tmp_path, inputs):
+    artifacts = tmp_path / "artifacts"
+    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"build": 1}, WHEN,
+                                             beside=lambda name, digest: {".provenance.json": b"first"})
+
+    def broken_signer(name, digest):
+        raise ExportError("signing the provenance failed")
+
+    with pytest.raises(ExportError, match="signing"):
+        export.export_artifact(artifacts, "e1", *inputs, {"build": 2}, WHEN, beside=broken_signer)
+    assert json.loads((folder / "manifest.json").read_text())["build"] == 1
+    assert (tarball.parent / f"{tarball.name}.provenance.json").read_bytes() == b"first"
+    assert not list(tarball.parent.glob(".*")), "nothing staged is left behind"

@@ -180,7 +180,8 @@ def test_the_cli_dry_run_prints_the_preflight_of_the_repository(repo):
     assert "Traceback" not in result.stdout + result.stderr
     subjects = [line.split(":")[0].split(maxsplit=1)[1] for line in result.stdout.splitlines()
                 if re.match(r"  (ok|PROBLEM|skipped) ", line)]
-    assert subjects == ["kernels/", "build time", "compile route", "sources needed", "source flash-attn 2.8.3",
+    assert subjects == ["kernels/", "build time", "package checks", "compile route", "sources needed",
+                        "source flash-attn 2.8.3",
                         "source nvidia-cuda-nvcc-cu12 12.9.86", "Docker engine", "image cuda12-debian-trixie"]
     assert (result.returncode == 0) == ("PROBLEM" not in result.stdout)
 
@@ -205,3 +206,17 @@ def test_an_engine_that_fails_the_image_lookup_is_a_problem_not_a_traceback(repo
     monkeypatch.setattr(pipeline, "docker_client", lambda: Failing())
     with pytest.raises(EnvironmentProblem, match=r"^the Docker engine could not look up images \(APIError: "):
         pipeline.build(copy_of_the_repo(repo, tmp_path), "smoke", dry_run=True)
+
+
+def test_missing_cmake_is_a_dry_run_problem_with_the_setup_fix(repo, tmp_path, monkeypatch):
+    from flashbuild import package_checks, preflight
+    from flashbuild.options import load_config
+    from flashbuild.plan import make_plan
+
+    monkeypatch.setattr(package_checks.shutil, "which", lambda tool: None if tool == "cmake" else f"/usr/bin/{tool}")
+    config = load_config(repo / "matrix.yaml")
+    found = preflight.run(pipeline.Paths(repo), config, make_plan(config.matrix("smoke"), repo), True, None, False,
+                          no_engine, {})
+    problem = next(check for check in found if check.subject == "package checks")
+    assert problem.status == "PROBLEM" and "cmake not found" in problem.outcome
+    assert "invoke setup" in problem.problem.fix

@@ -1,0 +1,112 @@
+"""Checks of a released tarball as a consumer receives it, before and after unpacking.
+
+Beside the tarball: its .sha256 must name it and match its bytes; its provenance statement
+(provenance.py) must name it with that digest; a signature, where present, must verify (against
+an allowed-signers file when one is given; one given for an unsigned tarball fails). Inside:
+it unpacks, refusing paths that leave the folder, into one folder named as the tarball, and
+every file there must match SHA256SUMS, with no file left out of it. pipeline.verify_artifact
+then runs the artifact's own checks on the unpacked folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from . import provenance
+from .checks import Report
+from .errors import SourceError, VerifyError
+from .hashing import sha256_of
+
+TARBALL_SUFFIX = ".tar.gz"
+SUMS = "SHA256SUMS"
+
+
+def is_tarball(path: Path) -> bool:
+    return path.is_file() and path.name.endswith(TARBALL_SUFFIX)
+
+
+def check_digest(tarball: Path, report: Report) -> str:
+    """The tarball's .sha256 names it and matches it; returns the tarball's sha256."""
+    actual = sha256_of(tarball)
+    digest_file = tarball.parent / f"{tarball.name}.sha256"
+    try:
+        recorded = digest_file.read_text().split()
+    except OSError:
+        report.add(f"{digest_file.name} is present", False, f"{digest_file} is missing: copy it with the tarball")
+        return actual
+    ok = len(recorded) == 2 and recorded[0] == actual and recorded[1].lstrip("*") == tarball.name
+    report.add(f"{digest_file.name} matches the tarball", ok,
+               f"recorded {' '.join(recorded)!r}, the tarball's sha256 is {actual}")
+    return actual
+
+
+def check_provenance(tarball: Path, digest: str, allowed_signers: Path | None, report: Report) -> None:
+    statement_file = tarball.parent / f"{tarball.name}{provenance.SUFFIX}"
+    signature = tarball.parent / f"{tarball.name}{provenance.SIGNATURE_SUFFIX}"
+    try:
+        data = statement_file.read_bytes()
+        statement = json.loads(data)
+    except OSError:
+        report.add(f"{statement_file.name} is present", False,
+                   f"{statement_file} is missing: copy it with the tarball, or rebuild (`invoke build`)")
+        return
+    except ValueError as exc:
+        report.add(f"{statement_file.name} is an in-toto statement", False, f"not JSON: {exc}")
+        return
+    subjects = statement.get("subject") if isinstance(statement, dict) else None
+    names = {(s.get("name"), (s.get("digest") or {}).get("sha256")) for s in subjects or [] if isinstance(s, dict)}
+    ok = (statement.get("_type") == provenance.STATEMENT_TYPE
+          and statement.get("predicateType") == provenance.PREDICATE_TYPE and (tarball.name, digest) in names)
+    report.add(f"{statement_file.name}: SLSA v1 provenance of this tarball (sha256 {digest[:12]}...)", ok,
+               f"type {statement.get('_type')}, predicate {statement.get('predicateType')}, subjects {sorted(names)}")
+    if signature.is_file():
+        ok, detail = provenance.check_signature(data, signature, allowed_signers)
+        who = f"by a signer of {allowed_signers}" if allowed_signers else "(signer not checked: pass --allowed-signers)"
+        report.add(f"{signature.name}: the provenance's signature verifies {who}", ok, detail)
+    elif allowed_signers is not None:
+        report.add(f"{signature.name} is present (--allowed-signers was given)", False,
+                   f"{signature} is missing: the tarball was not signed, or its signature was not copied")
+
+
+def unpack(tarball: Path, destination: Path) -> Path:
+    """Extract safely into destination; the one folder inside, named as the tarball."""
+    from .sources import safe_extract
+
+    target = destination / "unpacked"
+    try:
+        safe_extract(tarball, target)
+    except SourceError as error:
+        raise VerifyError(error.message, fix="this tarball is damaged or not an artifact: fetch it again") from None
+    top = tarball.name.removesuffix(TARBALL_SUFFIX)
+    entries = sorted(p.name for p in target.iterdir())
+    if entries != [top] or not (target / top).is_dir():
+        raise VerifyError(f"{tarball.name} holds {entries}, not the one folder {top}/",
+                          fix="this is not an exported artifact tarball")
+    return target / top
+
+
+def check_sums(folder: Path, report: Report) -> None:
+    """Every file of the artifact (links aside) matches its line of SHA256SUMS, and none is unlisted."""
+    try:
+        lines = (folder / SUMS).read_text().splitlines()
+    except OSError:
+        report.add(f"{SUMS} is present", False, f"{folder / SUMS} is missing")
+        return
+    listed, wrong = {}, []
+    for line in lines:
+        match = re.fullmatch(r"([0-9a-f]{64})  (.+)", line)
+        if not match:
+            wrong.append(f"malformed line: {line!r}")
+            continue
+        listed[match.group(2)] = match.group(1)
+    for name, digest in sorted(listed.items()):
+        path = folder / name
+        if not path.is_file() or path.is_symlink() or not path.resolve().is_relative_to(folder.resolve()):
+            wrong.append(f"{name}: missing")
+        elif sha256_of(path) != digest:
+            wrong.append(f"{name}: sha256 differs")
+    present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
+    wrong += [f"{name}: not in {SUMS}" for name in sorted(present - set(listed) - {SUMS})]
+    report.add(f"{SUMS}: every file of the artifact matches", not wrong, "\n".join(wrong))

@@ -1,0 +1,159 @@
+"""A tarball as a consumer receives it: its .sha256, provenance and signature, then its unpacked
+files against SHA256SUMS. Good tarballs pass; a wrong checksum, changed content, a missing or
+foreign signature each fail with a check that names them."""
+
+import gzip
+import io
+import shutil
+import tarfile
+
+import pytest
+
+from flashbuild import export, provenance, release_checks
+from flashbuild.build_time import BuildTime
+from flashbuild.checks import Report
+from flashbuild.errors import VerifyError
+
+from conftest import allowed, keypair
+
+WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
+needs_keygen = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="needs OpenSSH's ssh-keygen")
+
+
+@pytest.fixture
+def exported(tmp_path, provenance_record):
+    """An exported tarball of stand-in files, its provenance made by the build's own code;
+    `sign` re-exports it signed with a fresh key and returns the allowed-signers file."""
+    record = provenance_record
+    built = tmp_path / "built"
+    built.mkdir()
+    library = built / "libflash_attn_standalone.so.0.4.0"
+    library.write_bytes(b"\x7fELF stand-in library")
+    header = built / "flash_attn_standalone.h"
+    header.write_text("/* header */\n")
+    binary = built / "test_varlen_inference"
+    binary.write_bytes(b"\x7fELF stand-in binary")
+
+    def export_with(key=None):
+        beside = provenance.beside_files(matrix="smoke", entry=record["entry"], manifest=record["manifest"],
+                                         repo=record["repo"], git=record["git"], command=record["command"],
+                                         build_time=record["build_time"], sign_key=key)
+        return export.export_artifact(tmp_path / "artifacts", "smoke", library, [header], binary, {}, WHEN, beside)[1]
+
+    def sign():
+        key = keypair(tmp_path)
+        export_with(key)
+        return allowed(tmp_path, key)
+
+    return export_with(), sign
+
+
+def beside_checks(tarball, allowed_signers=None):
+    report = Report(tarball.name)
+    digest = release_checks.check_digest(tarball, report)
+    release_checks.check_provenance(tarball, digest, allowed_signers, report)
+    return report
+
+
+def failed(report):
+    return [c.name for c in report.checks if not c.ok]
+
+
+def test_a_good_tarball_passes_and_unpacks_into_a_folder_whose_files_match_their_sums(exported, tmp_path):
+    tarball, _ = exported
+    report = beside_checks(tarball)
+    assert report.ok and len(report.checks) == 2, report.render()
+    folder = release_checks.unpack(tarball, tmp_path / "scratch")
+    assert folder.name == "flash_attn_standalone-0.4.0-smoke" and (folder / "lib/pkgconfig").is_dir()
+    sums = Report("sums")
+    release_checks.check_sums(folder, sums)
+    assert sums.ok, sums.render()
+
+
+def test_a_checksum_that_does_not_match_fails(exported):
+    tarball, _ = exported
+    digest_file = tarball.parent / f"{tarball.name}.sha256"
+    digest_file.write_text(f"{'0' * 64}  {tarball.name}\n")
+    report = beside_checks(tarball)
+    assert failed(report) == [f"{digest_file.name} matches the tarball"]
+    digest_file.unlink()
+    assert failed(beside_checks(tarball))[0] == f"{digest_file.name} is present"
+
+
+def repack(tarball, change):
+    """The tarball with change(name, data) -> data applied to each regular file."""
+    out = io.BytesIO()
+    with tarfile.open(tarball) as source, tarfile.open(fileobj=out, mode="w") as target:
+        for member in source.getmembers():
+            data = source.extractfile(member).read() if member.isfile() else None
+            if data is not None:
+                data = change(member.name, data)
+                member.size = len(data)
+            target.addfile(member, io.BytesIO(data) if data is not None else None)
+    tarball.write_bytes(gzip.compress(out.getvalue(), mtime=0))
+
+
+def test_tampered_content_fails_the_checksum_and_with_a_recomputed_checksum_the_provenance_and_sums(exported,
+                                                                                                     tmp_path):
+    tarball, _ = exported
+    repack(tarball, lambda name, data: data + b"/* injected */\n" if name.endswith(".h") else data)
+    first = failed(beside_checks(tarball))
+    assert first[0] == f"{tarball.name}.sha256 matches the tarball" and "SLSA v1 provenance" in first[1]
+    # Whoever changed it also rewrote the .sha256: the provenance names the old digest.
+    (tarball.parent / f"{tarball.name}.sha256").write_text(f"{provenance.sha256_of(tarball)}  {tarball.name}\n")
+    report = beside_checks(tarball)
+    assert len(failed(report)) == 1 and "SLSA v1 provenance of this tarball" in failed(report)[0]
+    sums = Report("sums")
+    release_checks.check_sums(release_checks.unpack(tarball, tmp_path / "scratch"), sums)
+    assert not sums.ok and "include/flash_attn_standalone.h: sha256 differs" in sums.render()
+
+
+def test_a_file_added_to_the_artifact_is_named_as_not_in_the_sums(exported, tmp_path):
+    tarball, _ = exported
+    folder = release_checks.unpack(tarball, tmp_path / "scratch")
+    (folder / "lib" / "libextra.so").write_bytes(b"extra")
+    sums = Report("sums")
+    release_checks.check_sums(folder, sums)
+    assert "lib/libextra.so: not in SHA256SUMS" in sums.render()
+
+
+def test_a_tarball_with_a_path_outside_its_folder_is_refused(tmp_path):
+    tarball = tmp_path / "flash_attn_standalone-0.4.0-x.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(VerifyError, match="outside the tree"):
+        release_checks.unpack(tarball, tmp_path / "scratch")
+
+
+@needs_keygen
+def test_a_signed_tarball_verifies_against_its_signer_and_fails_against_another(exported, tmp_path):
+    tarball, sign = exported
+    signers = sign()
+    report = beside_checks(tarball, signers)
+    assert report.ok and len(report.checks) == 3, report.render()
+    assert "by a signer of" in report.checks[2].name
+    assert beside_checks(tarball).ok, "without --allowed-signers the signature is still checked for integrity"
+    stranger = allowed(tmp_path, keypair(tmp_path, "stranger"))
+    assert failed(beside_checks(tarball, stranger)) == [report.checks[2].name.replace(str(signers), str(stranger))]
+
+
+@needs_keygen
+def test_allowed_signers_for_an_unsigned_tarball_fail(exported, tmp_path):
+    tarball, _ = exported
+    signers = allowed(tmp_path, keypair(tmp_path))
+    assert failed(beside_checks(tarball, signers)) == [
+        f"{tarball.name}.provenance.json.sig is present (--allowed-signers was given)"]
+
+
+def test_sums_of_the_exported_folder_hold_every_file_and_a_changed_one_is_named(exported):
+    tarball, _ = exported
+    folder = tarball.parent / "smoke"
+    sums = Report("sums")
+    release_checks.check_sums(folder, sums)
+    assert sums.ok, sums.render()
+    pc = folder / "lib/pkgconfig/flash_attn_standalone.pc"
+    pc.write_text(pc.read_text() + "# edited\n")
+    release_checks.check_sums(folder, sums)
+    assert "lib/pkgconfig/flash_attn_standalone.pc: sha256 differs" in sums.render()
