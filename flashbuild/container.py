@@ -42,6 +42,29 @@ class ExecResult:
     output: str
 
 
+class CommandRunner:
+    """What the build asks of wherever it compiles (ToolchainContainer, or host_toolchain's
+    HostToolchain): `exec(argv, log_path, environment) -> ExecResult` and an `image` that error
+    messages name; run_tool and check follow from them."""
+
+    image: str
+
+    def exec(self, argv: list[str], log_path: Path | None = None,
+             environment: dict[str, str] | None = None) -> ExecResult:
+        raise NotImplementedError
+
+    def run_tool(self, argv: list[str]) -> tuple[int, str]:
+        """The (exit code, output) form checks.py takes its tools in."""
+        result = self.exec(argv)
+        return result.exit_code, result.output
+
+    def check(self, argv: list[str], environment: dict[str, str] | None = None) -> str:
+        result = self.exec(argv, environment=environment)
+        if result.exit_code != 0:
+            raise FlashBuildError(f"`{shlex.join(map(str, argv))}` failed in {self.image}:\n{result.output[-2000:]}")
+        return result.output
+
+
 def owner_labels(repo_root: Path, pid: int | None = None) -> dict[str, str]:
     """The labels that name who started a container: this clone, this host, this process."""
     pid = os.getpid() if pid is None else pid
@@ -104,7 +127,7 @@ def docker_client():
         ) from None
 
 
-class ToolchainContainer:
+class ToolchainContainer(CommandRunner):
     # How long a command SIGKILLed (exit 137) waits for the engine to tell whether its container
     # went with it: `docker rm -f` ends the commands before the container's state says so.
     LOSS_WAIT_S = 3.0
@@ -258,13 +281,3 @@ class ToolchainContainer:
         code, output = self._exec_run(argv, env)
         return ExecResult(code, output.decode("utf-8", "replace"))
 
-    def run_tool(self, argv: list[str]) -> tuple[int, str]:
-        """The (exit code, output) form checks.py takes its tools in."""
-        result = self.exec(argv)
-        return result.exit_code, result.output
-
-    def check(self, argv: list[str], environment: dict[str, str] | None = None) -> str:
-        result = self.exec(argv, environment=environment)
-        if result.exit_code != 0:
-            raise FlashBuildError(f"`{shlex.join(argv)}` failed in {self.image}:\n{result.output[-2000:]}")
-        return result.output

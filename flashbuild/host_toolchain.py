@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fixed_pid
-from .container import ExecResult
-from .errors import ConfigError, EnvironmentProblem, FlashBuildError
+from .container import CommandRunner, ExecResult
+from .errors import ConfigError, EnvironmentProblem
 from .images import ToolchainImage
 from .options import Entry, ImageSpec
 from .plan import BuildPlan
@@ -270,7 +270,7 @@ def check_backend(backend: str, use_sccache: bool) -> None:
 
 
 # -- running commands ------------------------------------------------------------------------
-class HostToolchain:
+class HostToolchain(CommandRunner):
     """ToolchainContainer's interface (a context manager with exec, run_tool and check), running
     each command on this machine, in the clone, with the toolkit's bin/ first on PATH."""
 
@@ -343,13 +343,3 @@ class HostToolchain:
         output = log_path.read_text(errors="replace") if log_path is not None else data.decode("utf-8", "replace")
         return ExecResult(code, output)
 
-    def run_tool(self, argv: list[str]) -> tuple[int, str]:
-        """The (exit code, output) form checks.py takes its tools in."""
-        result = self.exec(argv)
-        return result.exit_code, result.output
-
-    def check(self, argv: list[str], environment: dict[str, str] | None = None) -> str:
-        result = self.exec(argv, environment=environment)
-        if result.exit_code != 0:
-            raise FlashBuildError(f"`{' '.join(map(str, argv))}` failed with {self.image}:\n{result.output[-2000:]}")
-        return result.output
