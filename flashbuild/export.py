@@ -15,7 +15,9 @@ inputs give the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import gzip
 import json
 import os
@@ -45,6 +47,20 @@ def digest_path(tarball: Path) -> Path:
     return tarball.with_name(f"{tarball.name}.sha256")
 
 
+@contextlib.contextmanager
+def publish_lock(version_dir: Path):
+    """One publisher at a time in a version's folder (two builds of one clone, or of clones that
+    share artifacts/): the second waits, then replaces the first's complete export with its own.
+    The lock is on the folder itself, so no lock file is left among the artifacts; publishing
+    is a few renames, so entries need no locks of their own."""
+    handle = os.open(version_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
 def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path, tarball: Path,
              extras: dict[Path, Path]) -> None:
     """Put a complete export in place of the previous one. Renames within one folder, the
@@ -54,7 +70,7 @@ def _publish(staging: Path, tmp_tarball: Path, tmp_digest: Path, final_dir: Path
     digest = digest_path(tarball)
     previous = final_dir.with_name(f".old-{final_dir.name}-{os.getpid()}")
     shutil.rmtree(previous, ignore_errors=True)  # this process's own, from an export that failed midway
-    with deferred():
+    with publish_lock(final_dir.parent), deferred():
         digest.unlink(missing_ok=True)  # from here on the old artifact no longer counts as complete
         if final_dir.exists():
             os.replace(final_dir, previous)

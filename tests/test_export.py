@@ -215,3 +215,28 @@ def test_a_failure_while_making_the_files_beside_keeps_the_previous_artifact_who
     assert json.loads((folder / "manifest.json").read_text())["build"] == 1
     assert (tarball.parent / f"{tarball.name}.provenance.json").read_bytes() == b"first"
     assert not list(tarball.parent.glob(".*")), "nothing staged is left behind"
+
+
+def test_an_export_waits_while_another_publishes_the_same_entry(tmp_path, inputs):
+    """Two builds exporting one entry at once: the second publishes after the first, never
+    between its renames (the version folder's lock)."""
+    import fcntl
+    import threading
+
+    artifacts = tmp_path / "artifacts"
+    version_dir = artifacts / "0.1.0"
+    version_dir.mkdir(parents=True)
+    done = []
+    other = os.open(version_dir, os.O_RDONLY)  # another build in the middle of its publish
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: done.append(
+            export.export_artifact(artifacts, "e1", *inputs, {"matrix": "smoke"}, WHEN)))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not (version_dir / "e1").exists()
+    finally:
+        os.close(other)
+    worker.join(timeout=30)
+    assert done and (version_dir / "e1" / "manifest.json").is_file()
+    assert export.digest_path(done[0][1]).is_file()
