@@ -96,20 +96,18 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         plan = host_toolchain.host_plan(plan, toolkit)
         console.print(toolkit.describe())
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    if dry_run and toolkit:  # the plan and where it compiles; no engine or image to check
-        console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=True))
+    console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
+    if dry_run and toolkit:  # where it compiles; no engine or image to check
         console.print(toolkit.describe_compiles(paths.build / "objects"))
         preflight.kernels_fresh(config.matrices.values(), paths.kernels)
         return []
-    if dry_run:  # the plan, then everything the build would need, every problem found
-        console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=True))
+    if dry_run:  # everything the build would need, every problem found
         found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ))
         console.print(preflight.render(found), markup=False)
         preflight.raise_if_problems(found)
         return []
     cache_settings = sccache.settings(paths.build) if use_sccache else None
     cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
-    console.print(describe_plan(plan, budget, Stats(paths.build).read()))
     preflight.kernels_fresh(config.matrices.values(), paths.kernels)
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
