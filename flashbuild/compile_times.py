@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,4 +123,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .errors import FlashBuildError
+    try:
+        main()
+    except FlashBuildError as exc:  # a clear message, as tasks.py gives, not a traceback
+        sys.exit(exc.report())

@@ -14,11 +14,20 @@
 #                  every TU's time and the lower bound max(sum of TU times / slots, longest TU).
 #                  Run it again (without --fresh) to continue: cached objects are not recompiled.
 #                  --fresh first removes build/objects and the matrix's host logs, for a cold timing.
-# Each call appends a line to build/host-timing-MATRIX.log; the report sums them.
+#                bash scripts/host_build_gpu.sh start MATRIX [CARRY]
+#                bash scripts/host_build_gpu.sh wait MATRIX [SECONDS]
+#                  one cold build with one continuous wall time across several calls: `start`
+#                  clears build/objects and launches the build detached (setsid; output in
+#                  build/host-MATRIX.out); `wait` polls up to SECONDS (default 570) and, once the
+#                  build has ended, reports its wall time and the compile report. The machine must
+#                  stay held between calls (call `wait` again at once).
+# Each `run` call appends a line to build/host-timing-MATRIX.log; the report sums them.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
+# Where `prepare` installs the carried wheels on the GPU machine (absent here: harmless).
+export PYTHONPATH="/tmp/flashbuild-site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mode=${1:-}
 shift || true
 
@@ -52,20 +61,24 @@ EOF
   echo "carry: $carry (the GPU machine needs it at the same path in the clone)"
 }
 
-run() {
-  local matrix=${1:?usage: host_build_gpu.sh run MATRIX [--fresh] [CARRY]}
-  shift
-  local fresh=""
-  if [[ ${1:-} == --fresh ]]; then fresh=1; shift; fi
-  local carry=${1:-.devcarry/host}
-  local site=/tmp/flashbuild-site
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Python packages from the carried wheels (no index) and the packed upstream headers, once.
+prepare() {
+  local carry=$1 site=/tmp/flashbuild-site
   if ! python3 -c "import invoke, jsonschema, yaml, rich" 2> /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$carry"/wheels/*.whl || return
   fi
   for stamp in third_party/flash-attn-*/.flashbuild-source.json third_party/flashinfer-python-*/.flashbuild-source.json; do
     [[ -f $stamp ]] || { tar -xJf "$carry/third_party.tar.xz" || return; break; }
   done
+}
+
+run() {
+  local matrix=${1:?usage: host_build_gpu.sh run MATRIX [--fresh] [CARRY]}
+  shift
+  local fresh=""
+  if [[ ${1:-} == --fresh ]]; then fresh=1; shift; fi
+  local carry=${1:-.devcarry/host}
+  prepare "$carry" || return
   if [[ -n $fresh ]]; then
     rm -rf build/objects build/logs/*-host-cuda* "build/host-timing-$matrix.log"
   fi
@@ -91,8 +104,45 @@ run() {
   return $rc
 }
 
+start() {
+  local matrix=${1:?usage: host_build_gpu.sh start MATRIX [CARRY]}
+  prepare "${2:-.devcarry/host}" || return
+  rm -rf build/objects build/logs/*-host-cuda* build/host-"$matrix".* artifacts/*/*"$matrix"-host-cuda*
+  mkdir -p build
+  date +%s.%N > "build/host-$matrix.start"
+  # Detached from this call: the build outlives it; .rc and .end appear when it ends.
+  setsid nohup bash -c "python3 -m invoke build --matrix $matrix --backend host --offline \
+      > build/host-$matrix.out 2>&1; echo \$? > build/host-$matrix.rc; date +%s.%N > build/host-$matrix.end" \
+    < /dev/null > /dev/null 2>&1 &
+  echo "started: build/host-$matrix.out"
+}
+
+wait_build() {
+  local matrix=${1:?usage: host_build_gpu.sh wait MATRIX [SECONDS]} seconds=${2:-570}
+  local out=build/host-$matrix.out start t0
+  start=$(cat "build/host-$matrix.start") || return
+  t0=$(date +%s)
+  while [[ ! -f build/host-$matrix.rc ]] && (( $(date +%s) - t0 < seconds )); do
+    sleep 30
+    printf '%5.0f s: %s TUs compiled; last: %s\n' "$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN {print a - b}')" \
+      "$(grep -cE '^  ok ' "$out")" "$(grep -E '^  (ok|FAIL)' "$out" | tail -1)"
+  done
+  if [[ ! -f build/host-$matrix.rc ]]; then
+    echo "still running: call \`wait $matrix\` again"
+    return 0
+  fi
+  echo "== $matrix with --backend host on $(nproc) CPUs: build exit $(cat "build/host-$matrix.rc"), wall" \
+    "$(awk -v a="$(cat "build/host-$matrix.end")" -v b="$start" 'BEGIN {printf "%.1f", a - b}') s"
+  python3 -m flashbuild.compile_times --matrix "$matrix" --since "$start" --slots "$(nproc)"
+  tail -5 "$out"
+  ls -l artifacts/*/*"$matrix"-host-cuda*.tar.gz* 2> /dev/null
+  return "$(cat "build/host-$matrix.rc")"
+}
+
 case $mode in
   pack) pack "$@" ;;
   run) run "$@" ;;
-  *) echo "usage: host_build_gpu.sh pack [CARRY] | run MATRIX [--fresh] [CARRY]" >&2; exit 2 ;;
+  start) start "$@" ;;
+  wait) wait_build "$@" ;;
+  *) echo "usage: host_build_gpu.sh pack [CARRY] | run MATRIX [--fresh] [CARRY] | start MATRIX [CARRY] | wait MATRIX [SECONDS]" >&2; exit 2 ;;
 esac

@@ -2,6 +2,9 @@
 (what scripts/host_build_gpu.sh reports after each call on the GPU machine)."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from flashbuild.compile_times import TUTime, lower_bound, parse_time_file, phase_span, read_times, report
 
@@ -43,3 +46,12 @@ def test_the_report_counts_this_calls_compiles_and_bounds_only_planned_tus():
     assert "this call: 1 TU(s) compiled, compile phase 300 s" in text
     assert "lower bound on 2 slots: max(400 / 2, 300) = 300 s (not every TU timed yet" in text
     assert "old" not in text
+
+
+def test_an_unknown_matrix_is_a_clear_error_not_a_traceback():
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "flashbuild.compile_times", "--matrix", "nosuch"],
+                          cwd=repo, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "unknown matrix 'nosuch'" in done.stderr and "fix:" in done.stderr
+    assert "Traceback" not in done.stderr
