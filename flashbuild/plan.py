@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import CompileError
-from .families import CODE_PATHS, FAMILIES, Family, Upstream
+from .families import CODE_PATHS, FAMILIES, Family, Upstream, module_anchor
 
 if TYPE_CHECKING:  # annotations only: bench/tune_tiles.py uses KernelTU without the YAML stack
     from .options import Entry, Matrix
@@ -55,7 +55,7 @@ class KernelTU:
         return self.record.upstream
 
     def render(self) -> str:
-        return self.record.render(self)
+        return self.record.render(self) + module_anchor(self.name)
 
     @property
     def symbol(self) -> str:

@@ -13,3 +13,6 @@ void run_mha_fwd_<cutlass::half_t, 256, true>(Flash_fwd_params &params, cudaStre
 }
 
 }  // namespace FLASH_NAMESPACE
+
+// Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
+extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_hdim256_fp16_causal_sm90() {}

@@ -13,3 +13,6 @@ void run_mha_fwd_<cutlass::half_t, 96, true>(Flash_fwd_params &params, cudaStrea
 }
 
 }  // namespace FLASH_NAMESPACE
+
+// Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
+extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_hdim96_fp16_causal_sm90() {}

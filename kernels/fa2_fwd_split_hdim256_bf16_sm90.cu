@@ -10,3 +10,6 @@ namespace FLASH_NAMESPACE {
 template void run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 256, false>(Flash_fwd_params &params, cudaStream_t stream);
 
 }  // namespace FLASH_NAMESPACE
+
+// Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
+extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_split_hdim256_bf16_sm90() {}

@@ -15,3 +15,6 @@ cudaError_t occupancy_paged<1, 1, 64, true, 16>(bool long_shape, int* ctas_per_s
 }
 
 }  // namespace fas_paged
+
+// Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
+extern "C" __attribute__((visibility("hidden"))) void fas_tu_paged_decode_hdim64_bf16_causal_sm90() {}

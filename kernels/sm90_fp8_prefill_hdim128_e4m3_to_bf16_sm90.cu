@@ -10,3 +10,6 @@ cudaError_t launch_ragged<2, 1, 128, false>(const RaggedArgs& args, cudaStream_t
 }
 
 }  // namespace fas_sm90
+
+// Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
+extern "C" __attribute__((visibility("hidden"))) void fas_tu_sm90_fp8_prefill_hdim128_e4m3_to_bf16_sm90() {}

@@ -68,25 +68,39 @@ def test_a_server_token_is_made_from_a_key_that_begins_with_a_dash(repo, tmp_pat
     assert token.count(".") == 2  # a JWT: header.payload.signature
 
 
+def kernel_objects(repo):
+    return sorted((repo / "build" / "objects").glob("fa2_fwd_hdim64_fp16_sm90-*.o"))
+
+
 @needs_root_and_bwrap
-def test_smoke_builds_through_two_local_servers_and_no_step_falls_back_to_this_machine(repo, tmp_path):
-    """The build's cluster route end to end: the kernel TU's nvcc steps compile on the servers
-    (host TUs stay here: compiler.py), none falls back to this machine, the artifact verifies.
-    (Byte-identical objects across two such builds do not hold yet: reproducible-builds.md.)"""
+def test_smoke_builds_through_two_local_servers_byte_for_byte_and_no_step_falls_back_to_this_machine(repo,
+                                                                                                    tmp_path):
+    """The build's cluster route end to end, twice, each from an empty sccache folder: the kernel
+    TU's nvcc steps compile on the servers (host TUs stay here: compiler.py), none falls back to
+    this machine, the artifact verifies, and both builds give the same kernel object and tarball
+    (each cold compile runs cudafe++ in a new temporary folder: families.module_anchor)."""
     tools = binaries(repo, tmp_path)
     version = (repo / "VERSION").read_text().strip()
     artifact = repo / "artifacts" / version / "smoke-cuda12.4-sm90a"
-    for stale in (repo / "build" / "objects").glob("fa2_fwd_hdim64_fp16_sm90-*.o"):
-        stale.unlink()  # so that the kernel TU compiles, whatever ran before
+    tarball = artifact.parent / f"flash_attn_standalone-{version}-smoke-cuda12.4-sm90a.tar.gz"
+    made = []
     with LocalCluster(tools["sccache-dist"], tmp_path / "cluster", servers=2) as cluster:
-        environment = {**os.environ, "SCCACHE_CONF": str(cluster.client_config()),
-                       "SCCACHE_DIR": str(tmp_path / "cache"), "FLASHBUILD_DIST_MEMORY_GB": "16"}
-        result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--sccache"],
-                                cwd=repo, env=environment, capture_output=True, text=True, timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    counts = re.search(r"sccache-dist: (\d+) step\(s\) compiled on \d+ server\(s\).*, (\d+) fell back", result.stdout)
-    assert counts and int(counts[1]) >= 3 and counts[2] == "0", result.stdout[-3000:]
-    assert (artifact / "manifest.json").is_file()
+        for cache in ("cache-1", "cache-2"):
+            for stale in kernel_objects(repo):
+                stale.unlink()  # so that the kernel TU compiles, whatever ran before
+            shutil.rmtree(artifact, ignore_errors=True)  # else the second build finds it up to date
+            environment = {**os.environ, "SCCACHE_CONF": str(cluster.client_config()),
+                           "SCCACHE_DIR": str(tmp_path / cache), "FLASHBUILD_DIST_MEMORY_GB": "16"}
+            result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--sccache"],
+                                    cwd=repo, env=environment, capture_output=True, text=True, timeout=1500)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            counts = re.search(r"sccache-dist: (\d+) step\(s\) compiled on \d+ server\(s\).*, (\d+) fell back",
+                               result.stdout)
+            assert counts and int(counts[1]) >= 3 and counts[2] == "0", result.stdout[-3000:]
+            assert (artifact / "manifest.json").is_file()
+            made.append((kernel_objects(repo)[0].read_bytes(), tarball.read_bytes()))
+    assert made[0][0] == made[1][0], "the kernel object differs between two cold builds through the cluster"
+    assert made[0][1] == made[1][1], "the tarball differs between two cold builds through the cluster"
     assert cluster.running() == []
     # The next tests build smoke without the cluster: leave them no artifact of this route.
     shutil.rmtree(artifact)

@@ -198,6 +198,39 @@ def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smo
     assert objects["a", "plain-1"] != objects["a", "plain-2"]
 
 
+def test_a_kernel_tu_of_specializations_compiles_to_the_same_bytes_in_any_folder(smoke_artifact, tmp_path):
+    """sccache and build servers run nvcc's steps in a temporary folder of a new name each time.
+    A TU of explicit specializations only (every generated kernel TU is one) had its internal
+    symbols named after that folder by cudafe++; the generator's module anchor names them after
+    the TU. Control: the same TU without the anchor differs between two folders."""
+    from flashbuild import fixed_pid
+    from flashbuild.container import ToolchainContainer, docker_client
+    from flashbuild.families import module_anchor
+
+    _, _, folder, _ = smoke_artifact
+    image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]
+    body = ("namespace { __device__ int bias; }\n"
+            "template <int N> __global__ void kern(int* p) { p[threadIdx.x] = bias + N; }\n"
+            "template <int N> void launch(int* p);\n"
+            "template <> void launch<3>(int* p) { kern<3><<<1, 32>>>(p); }\n")
+    (tmp_path / "plain.cu").write_text(body)
+    (tmp_path / "anchored.cu").write_text(body + module_anchor("anchored"))
+    objects = {}
+    with ToolchainContainer(docker_client(), image, tmp_path, "module-id-test") as container:
+        shim = fixed_pid.build_shim(container, tmp_path / "tools")
+        for name in ("plain", "anchored"):
+            for where in ("one", "another_folder"):
+                (tmp_path / where).mkdir(exist_ok=True)
+                out = tmp_path / f"{name}-{where}.o"
+                compile_there = f"cd {tmp_path / where} && nvcc -c -O3 -arch=sm_90a -o {out} {tmp_path / name}.cu"
+                argv, environment = fixed_pid.wrap(["sh", "-c", compile_there], shim, name)
+                result = container.exec(argv, environment=environment)
+                assert result.exit_code == 0, result.output[-2000:]
+                objects[name, where] = out.read_bytes()
+    assert objects["anchored", "one"] == objects["anchored", "another_folder"]
+    assert objects["plain", "one"] != objects["plain", "another_folder"]
+
+
 def _two_clones_through_sccache(repo, tmp_path, settings: dict) -> list[str]:
     """Build `smoke` with --sccache and `settings` in two clones at different paths; assert the
     second compiles nothing itself (every step a hit) and both export identical bytes. Returns

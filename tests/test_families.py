@@ -10,7 +10,7 @@ from conftest import write_tree
 from flashbuild import families
 from flashbuild.compiler import EntryCompiler
 from flashbuild.errors import ConfigError
-from flashbuild.families import Family, Upstream
+from flashbuild.families import Family, Upstream, module_anchor
 from flashbuild.kernelgen import registry_text, write_kernels
 from flashbuild.memory import estimate
 from flashbuild.options import load_config
@@ -68,7 +68,8 @@ def test_plan_names_each_instantiation_of_the_record(toy):
 def test_generator_writes_the_records_template(toy):
     written, _ = write_kernels(load_config(toy / "matrix.yaml").matrices.values(), toy / "kernels")
     assert sorted(written) == ["toy_decode_hdim512_bf16_causal_sm90.cu", "toy_decode_hdim512_bf16_sm90.cu"]
-    assert (toy / "kernels" / "toy_decode_hdim512_bf16_causal_sm90.cu").read_text() == "// toy decode 512 bf16 True\n"
+    text = (toy / "kernels" / "toy_decode_hdim512_bf16_causal_sm90.cu").read_text()
+    assert text == "// toy decode 512 bf16 True\n" + module_anchor("toy_decode_hdim512_bf16_causal_sm90")
 
 
 def test_compile_flags_and_key_come_from_the_records_upstream(toy, fake_build):

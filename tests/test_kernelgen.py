@@ -25,6 +25,21 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
     assert "run_ragged<cutlass::float_e4m3_t, cutlass::bfloat16_t, 128, true>" in fp8
 
 
+def test_every_kernel_tu_ends_with_one_hidden_external_definition_named_after_it(repo):
+    """cudafe++ names a TU's internal symbols after its external non-template definitions, else
+    after the folder it runs in (tests/test_e2e.py shows the difference in bytes)."""
+    sources = sorted((repo / "kernels").glob("*.cu"))
+    assert sources
+    names = set()
+    for source in sources:
+        lines = source.read_text().rstrip("\n").splitlines()
+        anchors = [line for line in lines if "fas_tu_" in line]
+        assert anchors == [f'extern "C" __attribute__((visibility("hidden"))) void fas_tu_{source.stem}() {{}}'], source
+        assert lines[-1] == anchors[0], f"{source.name}: the anchor is not the last line"
+        names.add(anchors[0])
+    assert len(names) == len(sources)  # unique, so that the library links
+
+
 def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
     config = load_config(repo / "matrix.yaml")
     kernels = tmp_path / "kernels"
