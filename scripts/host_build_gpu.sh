@@ -17,7 +17,8 @@
 #                bash scripts/host_build_gpu.sh start MATRIX [CARRY]
 #                bash scripts/host_build_gpu.sh wait MATRIX [SECONDS]
 #                  one cold build with one continuous wall time across several calls: `start`
-#                  clears build/objects and launches the build detached (setsid; output in
+#                  clears build/objects, the host builds' logs and the matrix's host artifacts, launches
+#                  the build detached (setsid; output in
 #                  build/host-MATRIX.out); `wait` polls up to SECONDS (default 570) and, once the
 #                  build has ended, reports its wall time and the compile report. The machine must
 #                  stay held between calls (call `wait` again at once).
