@@ -126,5 +126,6 @@ if __name__ == "__main__":
     from .errors import FlashBuildError
     try:
         main()
-    except FlashBuildError as exc:  # a clear message, as tasks.py gives, not a traceback
-        sys.exit(exc.report())
+    except FlashBuildError as exc:  # as tasks.py reports it: the message, the fix, the kind's exit code
+        print(exc.report(), file=sys.stderr)
+        sys.exit(exc.exit_code)

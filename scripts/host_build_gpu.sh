@@ -13,12 +13,11 @@
 #                  compiled objects stay in build/objects), and reports this call's compile phase,
 #                  every TU's time and the lower bound max(sum of TU times / slots, longest TU).
 #                  Run it again (without --fresh) to continue: cached objects are not recompiled.
-#                  --fresh first removes build/objects and the matrix's host logs, for a cold timing.
+#                  --fresh first clears what a cold timing must not find (clear_host_build).
 #                bash scripts/host_build_gpu.sh start MATRIX [CARRY]
 #                bash scripts/host_build_gpu.sh wait MATRIX [SECONDS]
 #                  one cold build with one continuous wall time across several calls: `start`
-#                  clears build/objects, the host builds' logs and the matrix's host artifacts, launches
-#                  the build detached (setsid; output in
+#                  clears as --fresh does and launches the build detached (setsid; output in
 #                  build/host-MATRIX.out); `wait` polls up to SECONDS (default 570) and, once the
 #                  build has ended, reports its wall time and the compile report. The machine must
 #                  stay held between calls (call `wait` again at once).
@@ -73,6 +72,15 @@ prepare() {
   done
 }
 
+# A cold start: no cached objects, no earlier host logs or timing, no earlier host artifact of MATRIX.
+clear_host_build() {
+  rm -rf build/objects build/logs/*-host-cuda* "build/host-timing-$1.log" build/host-"$1".* \
+    artifacts/*/*"$1"-host-cuda*
+}
+
+# Seconds from epoch time $2 to epoch time $1 (both with fractions).
+seconds_between() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a - b}'; }
+
 run() {
   local matrix=${1:?usage: host_build_gpu.sh run MATRIX [--fresh] [CARRY]}
   shift
@@ -80,9 +88,7 @@ run() {
   if [[ ${1:-} == --fresh ]]; then fresh=1; shift; fi
   local carry=${1:-.devcarry/host}
   prepare "$carry" || return
-  if [[ -n $fresh ]]; then
-    rm -rf build/objects build/logs/*-host-cuda* "build/host-timing-$matrix.log"
-  fi
+  if [[ -n $fresh ]]; then clear_host_build "$matrix"; fi
   local limit=${FLASHBUILD_CALL_LIMIT_S:-540}
   local since started rc wall
   since=$(date +%s.%N)
@@ -108,7 +114,7 @@ run() {
 start() {
   local matrix=${1:?usage: host_build_gpu.sh start MATRIX [CARRY]}
   prepare "${2:-.devcarry/host}" || return
-  rm -rf build/objects build/logs/*-host-cuda* build/host-"$matrix".* artifacts/*/*"$matrix"-host-cuda*
+  clear_host_build "$matrix"
   mkdir -p build
   date +%s.%N > "build/host-$matrix.start"
   # Detached from this call: the build outlives it; .rc and .end appear when it ends.
@@ -125,7 +131,7 @@ wait_build() {
   t0=$(date +%s)
   while [[ ! -f build/host-$matrix.rc ]] && (( $(date +%s) - t0 < seconds )); do
     sleep 30
-    printf '%5.0f s: %s TUs compiled; last: %s\n' "$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN {print a - b}')" \
+    printf '%5.0f s: %s TUs compiled; last: %s\n' "$(seconds_between "$(date +%s.%N)" "$start")" \
       "$(grep -cE '^  ok ' "$out")" "$(grep -E '^  (ok|FAIL)' "$out" | tail -1)"
   done
   if [[ ! -f build/host-$matrix.rc ]]; then
@@ -133,7 +139,7 @@ wait_build() {
     return 0
   fi
   echo "== $matrix with --backend host on $(nproc) CPUs: build exit $(cat "build/host-$matrix.rc"), wall" \
-    "$(awk -v a="$(cat "build/host-$matrix.end")" -v b="$start" 'BEGIN {printf "%.1f", a - b}') s"
+    "$(seconds_between "$(cat "build/host-$matrix.end")" "$start") s"
   python3 -m flashbuild.compile_times --matrix "$matrix" --since "$start" --slots "$(nproc)"
   tail -5 "$out"
   ls -l artifacts/*/*"$matrix"-host-cuda*.tar.gz* 2> /dev/null

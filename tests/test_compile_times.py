@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from flashbuild.compile_times import TUTime, lower_bound, parse_time_file, phase_span, read_times, report
+from flashbuild.errors import ConfigError
 
 
 def test_only_successful_compiles_count_as_compile_times():
@@ -52,6 +53,6 @@ def test_an_unknown_matrix_is_a_clear_error_not_a_traceback():
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "flashbuild.compile_times", "--matrix", "nosuch"],
                           cwd=repo, capture_output=True, text=True)
-    assert done.returncode != 0
+    assert done.returncode == ConfigError.exit_code
     assert "unknown matrix 'nosuch'" in done.stderr and "fix:" in done.stderr
     assert "Traceback" not in done.stderr

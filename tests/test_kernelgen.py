@@ -27,17 +27,15 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
 
 def test_every_kernel_tu_ends_with_one_hidden_external_definition_named_after_it(repo):
     """cudafe++ names a TU's internal symbols after its external non-template definitions, else
-    after the folder it runs in (tests/test_e2e.py shows the difference in bytes)."""
+    after the folder it runs in (tests/test_e2e.py shows the difference in bytes). Named after the
+    file, the anchors are as unique as the file names, so the library links."""
     sources = sorted((repo / "kernels").glob("*.cu"))
     assert sources
-    names = set()
     for source in sources:
         lines = source.read_text().rstrip("\n").splitlines()
         anchors = [line for line in lines if "fas_tu_" in line]
         assert anchors == [f'extern "C" __attribute__((visibility("hidden"))) void fas_tu_{source.stem}() {{}}'], source
         assert lines[-1] == anchors[0], f"{source.name}: the anchor is not the last line"
-        names.add(anchors[0])
-    assert len(names) == len(sources)  # unique, so that the library links
 
 
 def test_freshness_check_sees_edits_missing_and_extra_files(repo, tmp_path):
