@@ -1,20 +1,22 @@
-"""Decode benchmark (issue 13): one query token per sequence against a long KV cache, the
-library's paged family against PyTorch SDPA (cuDNN, flash) on the equivalent contiguous KV,
-measured in the same run on the same GPU.
+"""Decode benchmark (issues 13 and 30): a few query tokens per sequence against a long KV cache,
+the library's paged family against PyTorch SDPA cuDNN on the equivalent contiguous KV and
+against the card's own memory ceilings, all measured in the same run on the same GPU.
 
-    python3 bench/bench_decode.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
+    python3 bench/bench_decode.py --artifact artifacts/0.4.0/minimal-cuda12.4-sm90a
+    python3 bench/bench_decode.py --artifact DIR --rows 64x4096 8x32768:8/1 64x4096:16/2:q4
 
-Rows: batch x KV length in {64 x 4k, 8 x 32k, 1 x 128k, 256 x 1k}, GQA 16/2, head dim 128,
-bf16, causal (one query sees every key). Columns: time and KV bandwidth (bytes of K and V read
-/ time) of the library on contiguous KV (a varlen plan: the plan describes the KV as pages),
-on a paged cache with pages of 1, 16 and 64 (pages shuffled), and of SDPA cuDNN / flash on the
-contiguous KV (enable_gqa, no copies); then the library's ratio to cuDNN, paged vs contiguous,
-paged 1 against contiguous (last columns, after the issue's columns), and the planning cost
-of a step: (create + 36 runs + destroy_async) against 36 runs with the
-plan reused, as a share of the 36 runs (an engine plans once per step and runs every layer).
+Rows: BATCHxKV[:HQ/HK][:qN] (head dim 128, bf16, causal, bottom-right for N > 1 queries); the
+default is issue 30's set: 64 x 4k, 8 x 32k, 256 x 1k and 1 x 128k, each at GQA 16/2, 8/1,
+64/8 and MHA 32/32 with one query, and GQA 16/2 with 4 queries (speculative decode).
+Columns: the library on contiguous KV (a varlen plan: the plan describes the KV as pages) and on
+a paged cache with pages of 16 in shuffled order; SDPA cuDNN on the contiguous KV (enable_gqa,
+no copies); `read`: a plain kernel that only reads the same K and V bytes (the row's
+read-streaming limit); KV bandwidth = bytes of K and V / time. Ratios: ours / cuDNN, and our
+bandwidth against the card's device-to-device copy (read + write, as the copy counts them)
+measured at the start of the run. `--columns` adds page1, page64, flash (SDPA flash) and step
+(planning cost: create + 36 runs + destroy_async against 36 runs with the plan reused).
 Timing: bench_attention.median_ms_each (rounds in shuffled order, median of samples).
-`--masks` adds a table of the decode kernel with a causal window and with a softcap against the
-same paged plan without them.
+`--masks` adds a table of the decode kernel with a causal window and with a softcap.
 """
 
 from __future__ import annotations
@@ -26,13 +28,30 @@ import statistics
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
 from bench_attention import Library, fas_dtype, median_ms_each
 from fas_ctypes import KvLayout, PlanArgs, PlanRunArgs
 
-ROWS = [(64, 4096), (8, 32768), (1, 131072), (256, 1024)]
+ROWS = [(64, 4096), (8, 32768), (256, 1024), (1, 131072)]
+HEADS = [(16, 2), (8, 1), (64, 8), (32, 32)]
 HEADS_Q, HEADS_KV, HEAD_DIM, LAYERS = 16, 2, 128, 36
+DEFAULT_ROWS = ([f"{b}x{s}:{hq}/{hk}" for b, s in ROWS for hq, hk in HEADS]
+                + [f"{b}x{s}:16/2:q4" for b, s in ROWS])
+
+
+def parse_row(text: str) -> tuple[int, int, int, int, int]:
+    """BATCHxKV[:HQ/HK][:qN] -> (batch, kv_len, heads_q, heads_kv, queries)."""
+    parts = text.lower().split(":")
+    batch, kv_len = (int(x) for x in parts[0].split("x"))
+    heads_q, heads_kv, queries = HEADS_Q, HEADS_KV, 1
+    for part in parts[1:]:
+        if part.startswith("q"):
+            queries = int(part[1:])
+        else:
+            heads_q, heads_kv = (int(x) for x in part.split("/"))
+    return batch, kv_len, heads_q, heads_kv, queries
 
 
 def plan_runner(lib: Library, args: PlanArgs, run: PlanRunArgs):
@@ -67,10 +86,11 @@ def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
     ids = torch.randperm(num_pages, device=k.device, dtype=torch.int64).to(torch.int32)
     caches = []
     for source in (k, v):
-        padded = torch.zeros(batch, pages_per_seq * page, heads_kv, head_dim, device=k.device, dtype=k.dtype)
-        padded[:, :kv_len] = source
         cache = torch.empty(num_pages, page, heads_kv, head_dim, device=k.device, dtype=k.dtype)
-        cache[ids.long()] = padded.reshape(num_pages, page, heads_kv, head_dim)
+        padded = cache.new_zeros(batch * pages_per_seq, page, heads_kv, head_dim)
+        padded.view(batch, pages_per_seq * page, heads_kv, head_dim)[:, :kv_len] = source
+        cache[ids.long()] = padded
+        del padded
         caches.append(cache)
     args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=q.shape[2],
                         num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream, disable_sm90=disable_sm90,
@@ -85,56 +105,106 @@ def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
     return args, run
 
 
-def decode_fns(lib: Library, batch: int, kv_len: int):
+def read_fn(*tensors):
+    """A plain kernel that only reads `tensors` (16-byte loads, one word written per 16 KiB):
+    the read-streaming limit for those bytes. None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def read_kernel(x, sink, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(sink + tl.program_id(0), tl.sum(tl.load(x + offsets, mask=offsets < n, other=0), axis=0))
+
+    block = 4096  # int32: 16 KiB per program
+    views = [t.view(torch.int32).reshape(-1) for t in tensors]
+    sinks = [torch.empty(triton.cdiv(x.numel(), block), dtype=torch.int32, device=x.device) for x in views]
+
+    def run():
+        for x, sink in zip(views, sinks):
+            read_kernel[(sink.numel(),)](x, sink, x.numel(), BLOCK=block, num_warps=4)
+
+    run.keepalive = (views, sinks)
+    return run
+
+
+def decode_fns(lib: Library, batch: int, kv_len: int, heads_q: int = HEADS_Q, heads_kv: int = HEADS_KV,
+               queries: int = 1, columns=("contiguous", "page16", "cudnn", "read")):
     """(callables by column name, plan infos, check): the library on contiguous KV and on paged
-    caches of pages 1/16/64, one planning step, SDPA cuDNN/flash; check() runs the library once
-    and returns its max error against SDPA (math, fp32) on the same inputs."""
+    caches, one planning step, SDPA cuDNN/flash, the read-streaming limit; check() runs the
+    library once and returns its max error against SDPA (math, fp32) on the same inputs."""
     torch.manual_seed(0)
     dev, dtype = "cuda", torch.bfloat16
     stream = torch.cuda.current_stream().cuda_stream
-    q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device=dev, dtype=dtype)
-    k = torch.randn(batch, kv_len, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
+    q = torch.randn(batch, queries, heads_q, HEAD_DIM, device=dev, dtype=dtype)
+    k = torch.randn(batch, kv_len, heads_kv, HEAD_DIM, device=dev, dtype=dtype)
     v = torch.randn_like(k)
     out = torch.empty_like(q)
     fns, infos = {}, {}
 
     # Contiguous KV: a varlen plan ([B*S, H, D] rows), decode-shaped so the paged family serves it.
-    args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
-                        num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
-    args.keep_q = fas_ctypes.offsets([1] * batch)
+    args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=heads_q,
+                        num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=1, stream=stream)
+    args.keep_q = fas_ctypes.offsets([queries] * batch)
     args.keep_k = fas_ctypes.offsets([kv_len] * batch)
     args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
     args.cu_seqlens_k = ctypes.cast(args.keep_k, ctypes.c_void_p)
     run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream)
-    fns["contiguous"], fns["step"], fns["layers"], infos["contiguous"] = plan_runner(lib, args, run)
+    fns["contiguous"], step, layers, infos["contiguous"] = plan_runner(lib, args, run)
+    if "step" in columns:
+        fns["step"], fns["layers"] = step, layers
 
     # Paged caches: the same keys, pages of `page` in shuffled order.
     for page in (1, 16, 64):
-        paged, paged_run = paged_plan(q, k, v, out, page, stream)
-        reused, _, _, info = plan_runner(lib, paged, paged_run)
-        fns[f"page{page}"], infos[f"page{page}"] = reused, info
+        if f"page{page}" in columns:
+            paged, paged_run = paged_plan(q, k, v, out, page, stream)
+            fns[f"page{page}"], _, _, infos[f"page{page}"] = plan_runner(lib, paged, paged_run)
 
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    mask = causal_lower_right(queries, kv_len) if queries > 1 else None
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-        def sdpa(backend=backend):
-            with sdpa_kernel([backend]):
-                F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-        fns[name] = sdpa
+        if name in columns:
+            def sdpa(backend=backend):
+                with sdpa_kernel([backend]):
+                    F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=heads_q != heads_kv)
+            fns[name] = sdpa
+    if "read" in columns and (reader := read_fn(k, v)) is not None:
+        fns["read"] = reader
 
     def check() -> float:
         fns["contiguous"]()
         torch.cuda.synchronize()
-        reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), enable_gqa=True).transpose(1, 2)
+        reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), attn_mask=mask,
+                                                   enable_gqa=heads_q != heads_kv).transpose(1, 2)
         return (out.float() - reference).abs().max().item()
 
     return fns, infos, check
 
 
-def decode_row(lib: Library, batch: int, kv_len: int, repeats: int) -> dict:
-    fns, infos, check = decode_fns(lib, batch, kv_len)
-    times = median_ms_each(fns, repeats)
-    # Correctness guard: the timed library output against SDPA (math) on the same inputs.
-    return {"times": times, "infos": infos, "error": check()}
+def ceilings() -> tuple[float, float]:
+    """(device-to-device copy TB/s, read + write; plain read TB/s) of 1 GiB, medians of 20."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def median_ms(fn):
+        samples = []
+        for _ in range(21):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        return statistics.median(samples[1:])
+
+    nbytes = src.numel() * 4
+    copy = median_ms(lambda: dst.copy_(src))
+    reader = read_fn(src)
+    read = median_ms(reader) if reader is not None else float("nan")
+    return 2 * nbytes / copy / 1e9, nbytes / read / 1e9
 
 
 MASK_ROWS = [(8, 32768), (1, 131072)]
@@ -195,41 +265,54 @@ def tbps(nbytes: int, value) -> str:
     return f"{nbytes / (value * 1e-3) / 1e12:.2f}" if isinstance(value, float) else "n/a"
 
 
+def ratio(num, den) -> str:
+    return f"{num / den:.2f}" if isinstance(num, float) and isinstance(den, float) else "n/a"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS],
-                        help="BATCHxKV_LENGTH rows to time (default: the issue's four)")
+    parser.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="BATCHxKV[:HQ/HK][:qN] rows to time")
+    parser.add_argument("--columns", nargs="*", default=[], choices=["page1", "page64", "flash", "step"],
+                        help="extra columns beyond contiguous, page16, cudnn and read")
     parser.add_argument("--masks", action="store_true",
                         help="also the window and softcap table (a 4096-key window, softcap 50)")
     args = parser.parse_args()
     try:
-        rows = [tuple(int(part) for part in row.lower().split("x")) for row in args.rows]
+        rows = [parse_row(row) for row in args.rows]
     except ValueError:
-        parser.error(f"--rows takes BATCHxKV_LENGTH, e.g. 64x4096; got {' '.join(args.rows)}")
+        parser.error(f"--rows takes BATCHxKV[:HQ/HK][:qN], e.g. 64x4096:8/1:q4; got {' '.join(args.rows)}")
+    columns = ("contiguous", "page16", "cudnn", "read", *args.columns)
     lib = Library(args.artifact)
+    copy, read = ceilings()
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, 1 query\n")
-    print("| batch x KV | KV bytes | ours contiguous | TB/s | paged 16 | TB/s | paged 64 | TB/s | cuDNN | TB/s "
-          "| flash | ours / cuDNN | paged 16 / contiguous | plan per step (36 layers) | splits x CTAs, CTAs per SM | max err "
-          "| paged 1 | paged 1 / contiguous |")
-    print("| --- " * 18 + "|")
-    for batch, kv_len in rows:
-        row = decode_row(lib, batch, kv_len, args.repeats)
-        t, info = row["times"], row["infos"]["contiguous"]
-        nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
-        ours, page1, page16, page64, cudnn = (t.get(n) for n in ("contiguous", "page1", "page16", "page64", "cudnn"))
-        vs_cudnn = f"{cudnn / ours:.2f}x" if isinstance(ours, float) and isinstance(cudnn, float) else "n/a"
-        vs_contig = f"{page16 / ours:.2f}" if isinstance(ours, float) and isinstance(page16, float) else "n/a"
-        page1_vs = f"{page1 / ours:.2f}" if isinstance(ours, float) and isinstance(page1, float) else "n/a"
-        step, layers = t.get("step"), t.get("layers")
-        plan_share = f"{(step - layers) / layers * 100:.1f}%" if isinstance(step, float) and isinstance(layers, float) else "n/a"
-        print(f"| {batch} x {kv_len // 1024}k | {nbytes / 1e6:.0f} MB | {us(ours)} | {tbps(nbytes, ours)} | {us(page16)} "
-              f"| {tbps(nbytes, page16)} | {us(page64)} | {tbps(nbytes, page64)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
-              f"| {us(t.get('flash'))} | {vs_cudnn} | {vs_contig} | {plan_share} | {info.kv_splits} x {info.num_ctas}, {info.ctas_per_sm}/SM "
-              f"| {row['error']:.1e} | {us(page1)} | {page1_vs} |", flush=True)
-        del row
+          f"cuDNN {torch.backends.cudnn.version()}; bf16, head dim {HEAD_DIM}, causal (bottom-right)")
+    print(f"Ceilings, same run: 1 GiB device-to-device copy {copy:.2f} TB/s (read + write), "
+          f"1 GiB plain read {read:.2f} TB/s\n")
+    extra = [c for c in columns[4:] if c != "step"]
+    print("| batch x KV | heads q/kv | queries | KV MB | ours contiguous | TB/s | paged 16 | TB/s | cuDNN | TB/s "
+          "| read limit TB/s | ours / cuDNN | paged 16 / cuDNN | ours / copy | cuDNN / read | splits x CTAs, CTAs/SM "
+          "| max err |" + "".join(f" {c} |" for c in extra) + (" plan per step |" if "step" in columns else ""))
+    print("| --- " * (17 + len(extra) + ("step" in columns)) + "|")
+    for batch, kv_len, heads_q, heads_kv, queries in rows:
+        fns, infos, check = decode_fns(lib, batch, kv_len, heads_q, heads_kv, queries, columns)
+        t = median_ms_each(fns, args.repeats)
+        info = infos["contiguous"]
+        nbytes = batch * kv_len * heads_kv * HEAD_DIM * 2 * 2
+        ours, page16, cudnn, reader = (t.get(n) for n in ("contiguous", "page16", "cudnn", "read"))
+        best = min((x for x in (ours, page16) if isinstance(x, float)), default=None)
+        vs_copy = f"{nbytes / (best * 1e-3) / 1e12 / copy:.2f}" if best else "n/a"
+        cells = "".join(f" {us(t.get(c))} |" for c in extra)
+        if "step" in columns:
+            step, layers = t.get("step"), t.get("layers")
+            cells += f" {(step - layers) / layers * 100:.1f}% |" if isinstance(step, float) else " n/a |"
+        print(f"| {batch} x {kv_len // 1024}k | {heads_q}/{heads_kv} | {queries} | {nbytes / 1e6:.0f} | {us(ours)} "
+              f"| {tbps(nbytes, ours)} | {us(page16)} | {tbps(nbytes, page16)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
+              f"| {tbps(nbytes, reader)} | {ratio(cudnn, ours)} | {ratio(cudnn, page16)} | {vs_copy} "
+              f"| {ratio(reader, cudnn)} | {info.kv_splits} x {info.num_ctas}, {info.ctas_per_sm} | {check():.1e} |"
+              + cells, flush=True)
+        del fns, check
         torch.cuda.empty_cache()
     if args.masks:
         print_mask_rows(lib, args.repeats)

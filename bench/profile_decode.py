@@ -6,8 +6,8 @@ bench_decode.py, and the GPU's own memory ceilings measured in the same run.
 
 Per column: the period of one call (first kernel start to last kernel end over the calls,
 divided by the calls), each kernel's mean duration and share, and the time no kernel of the
-column ran (launch gaps). Ceilings: a 1 GiB device-to-device copy (bytes read + written / time)
-and a 1 GiB fp32 sum (bytes read / time), medians of 20.
+column ran (launch gaps). Ceilings: bench_decode.ceilings (a 1 GiB device-to-device copy, bytes
+read + written / time, and a plain read of 1 GiB), medians of 20.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench_attention import Library
-from bench_decode import HEAD_DIM, HEADS_KV, ROWS, decode_fns
+from bench_decode import HEAD_DIM, HEADS_KV, ROWS, ceilings, decode_fns
 
 CALLS = 50
 
@@ -49,28 +49,6 @@ def kernels_of(fn, calls: int):
     return period, {n: (statistics.mean(d), len(d)) for n, d in by_name.items()}, idle
 
 
-def ceilings() -> str:
-    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def median_ms(fn):
-        samples = []
-        for _ in range(21):
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end))
-        return statistics.median(samples[1:])
-
-    nbytes = src.numel() * 4
-    copy = median_ms(lambda: dst.copy_(src))
-    read = median_ms(lambda: torch.sum(src))
-    return (f"ceilings: 1 GiB copy {2 * nbytes / copy / 1e9:.2f} TB/s (read + write), "
-            f"1 GiB fp32 sum {nbytes / read / 1e9:.2f} TB/s (read)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
@@ -78,13 +56,15 @@ def main() -> None:
     parser.add_argument("--columns", nargs="*", default=["contiguous", "page64", "cudnn"])
     args = parser.parse_args()
     lib = Library(args.artifact)
-    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; {ceilings()}\n")
+    copy, read = ceilings()
+    print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; ceilings: 1 GiB copy {copy:.2f} TB/s "
+          f"(read + write), 1 GiB plain read {read:.2f} TB/s\n")
     print("| row | column | period per call | TB/s | idle per call | kernel | mean | calls |")
     print("| --- " * 8 + "|")
     for row in args.rows:
         batch, kv_len = (int(part) for part in row.lower().split("x"))
         nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
-        fns, _, _ = decode_fns(lib, batch, kv_len)
+        fns, _, _ = decode_fns(lib, batch, kv_len, columns=tuple(args.columns))
         for column in args.columns:
             result = kernels_of(fns[column], CALLS)
             if result is None:

@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the pipeline's kernel records and registry generator (stdlib only)
 from flashbuild.kernelgen import registry_text  # noqa: E402
 from flashbuild.plan import KernelTU  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from dev_library import FLAGS  # noqa: E402  (the matrix's hopper flags plus the arch)
 FLASHINFER = "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
 # What the SM90 and host TUs include from the pinned upstreams (archive name -> repo path).
@@ -76,10 +79,6 @@ TABLES = {
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
            if (hd != 64 or not fp8) and (hd in (64, 128, 192, 256) or not fp8)]
-FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-         "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
-         "--expt-extended-lambda", "--use_fast_math", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
-         "-DCUTLASS_ENABLE_GDC_FOR_SM90", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
 
 
 def library_tiles(work: Path) -> dict:
