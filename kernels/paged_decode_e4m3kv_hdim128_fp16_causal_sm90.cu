@@ -10,8 +10,8 @@ cudaError_t launch_paged<0, 2, 128, true, 16>(const LaunchArgs& args, cudaStream
 }
 
 template <>
-cudaError_t occupancy_paged<0, 2, 128, true, 16>(bool long_shape, int* ctas_per_sm) {
-    return occupancy_decode<0, 2, 128, true, 16>(long_shape, ctas_per_sm);
+cudaError_t occupancy_paged<0, 2, 128, true, 16>(DecodeShape shape, int* ctas_per_sm) {
+    return occupancy_decode<0, 2, 128, true, 16>(shape, ctas_per_sm);
 }
 
 }  // namespace fas_paged

@@ -10,8 +10,8 @@ cudaError_t launch_paged<1, 1, 64, false, 64>(const LaunchArgs& args, cudaStream
 }
 
 template <>
-cudaError_t occupancy_paged<1, 1, 64, false, 64>(bool long_shape, int* ctas_per_sm) {
-    return occupancy<1, 1, 64, false, 64>(long_shape, ctas_per_sm);
+cudaError_t occupancy_paged<1, 1, 64, false, 64>(DecodeShape shape, int* ctas_per_sm) {
+    return occupancy<1, 1, 64, false, 64>(shape, ctas_per_sm);
 }
 
 }  // namespace fas_paged

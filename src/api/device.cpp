@@ -41,6 +41,9 @@ fas_status get_device_props(int device, DeviceProps* props) {
         {&queried.cc_major, cudaDevAttrComputeCapabilityMajor, "compute capability major"},
         {&queried.cc_minor, cudaDevAttrComputeCapabilityMinor, "compute capability minor"},
         {&queried.sm_count, cudaDevAttrMultiProcessorCount, "multiprocessor count"},
+        {&queried.sm_clock_khz, cudaDevAttrClockRate, "SM clock"},
+        {&queried.memory_clock_khz, cudaDevAttrMemoryClockRate, "memory clock"},
+        {&queried.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, "memory bus width"},
     };
     for (const auto& query : queries) {
         error = cudaDeviceGetAttribute(query.value, query.attribute, device);

@@ -169,6 +169,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     request->batch_size = layout.batch_size;
     if (kv.paged) {
         request->kv_lengths = kv.kv_lengths;
+        request->num_pages = kv.num_pages;
         request->page_size = kv.page_size;
         request->k_page_stride = kv.k_page_stride;
         request->v_page_stride = kv.v_page_stride;
@@ -177,6 +178,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     // Contiguous KV as pages of the largest power of two that every sequence's first row allows.
     request->cu_seqlens_k = kv.cu_seqlens_k;
     request->page_size = fas_paged::contiguous_page_size(kv.cu_seqlens_k, layout.batch_size);
+    request->num_pages = 0;  // the plan lists its own pages over cu_seqlens_k[batch] rows
     request->k_page_stride = request->page_size * layout.k_row_stride;
     request->v_page_stride = request->page_size * layout.v_row_stride;
     if (std::max(request->k_page_stride, request->v_page_stride) > kMaxPagedStride) {

@@ -1,5 +1,6 @@
-// The decode kernel's shapes (decode.cuh): warps, keys per stage, stages and shared memory of
-// each (short, long; e4m3 caches: short and dense), tied to the planner's KV tiles (paged.h).
+// The decode kernels' shapes: warps, keys per stage, stages and shared memory of each (decode.cuh:
+// short, long; e4m3 caches: short and dense; decode_tma.cuh: stream), tied to the planner's KV
+// tiles (paged.h).
 #ifndef FAS_PAGED_DECODE_SHAPE_H
 #define FAS_PAGED_DECODE_SHAPE_H
 
@@ -39,9 +40,33 @@ struct Shape {
     static constexpr int kPasses = kKeys / kRowsPerPass;  // rows each thread loads per stage
     static_assert(kChunks >= (KvBytes == 2 ? 8 : 4), "the swizzles need 8 chunks per row (e4m3: 4)");
     static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "loads must tile the stage");
-    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long, KvBytes == 1), "the planner's chunks are whole stages");
+    static_assert(kWarpKeys % 16 == 0 && kKeys == kv_tile_rows(HeadDim, 16, Long ? kLong : kShort, KvBytes == 1), "the planner's chunks are whole stages");
     // The epilogue reuses the stages for every warp's (m, l, O).
     static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
+};
+
+// The stream shape (decode_tma.cuh): 4 consumer warps and a producer warp, one persistent CTA per
+// SM, a ring of as many stages as fit 200 KiB (so that a stage in flight per ~2 us of HBM time
+// leaves several in flight), the last stage of an item doubling as the scratch of its end.
+template <int HeadDim, int KvBytes>
+struct StreamShape {
+    static constexpr int kConsumerWarps = 4;
+    static constexpr int kThreads = 32 * (kConsumerWarps + 1);
+    static constexpr int kKeys = stream_keys(HeadDim, KvBytes == 1);
+    static constexpr int kWarpKeys = kKeys / kConsumerWarps;
+    static constexpr int kBlocks = kWarpKeys / 16;
+    static constexpr int kRowBytes = HeadDim * KvBytes;               // of one KV head's cache row
+    static constexpr int kSegBytes = kRowBytes >= 128 ? 128 : kRowBytes;  // one TMA box's width
+    static constexpr int kSegs = kRowBytes / kSegBytes;
+    static constexpr int kTileBytes = kKeys * kRowBytes;
+    static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
+    static constexpr int kStages = 200 * 1024 / kStageBytes > 8 ? 8 : 200 * 1024 / kStageBytes;
+    static constexpr int kRingBytes = kStages * kStageBytes;
+    static constexpr int kQBytes = 16 * HeadDim * 2;  // q is 16-bit
+    static constexpr int kSmemBytes = kRingBytes + kQBytes;
+    static_assert(kSegBytes == 64 || kSegBytes == 128, "TMA swizzles of 64 or 128 bytes");
+    static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of whole 16-key blocks");
+    static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");
 };
 
 }  // namespace decode

@@ -52,13 +52,14 @@ __device__ __forceinline__ uint32_t widen(uint32_t x) {
 }
 
 // The B operands of keys key..key+15 for QK^T steps `step` and step + 1 (32 dims, in
-// QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high].
-template <int HeadDim>
-__device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int step, int lane, uint32_t (&b)[2][4]) {
+// QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high]. offset(row, chunk): where
+// the tile holds a row's 16-byte chunk (swizzle above, or the TMA kernel's layout).
+template <int HeadDim, typename Offset>
+__device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int step, int lane, uint32_t (&b)[2][4],
+                                            const Offset& offset) {
     const int m8 = lane / 8;
     uint32_t r[4];  // keys 0-7 and 8-15 of chunk `step`, then of step + 1
-    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + swizzle<HeadDim>(key + (m8 % 2) * 8 + lane % 8,
-                                                                                       step + m8 / 2)));
+    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + offset(key + (m8 % 2) * 8 + lane % 8, step + m8 / 2)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         b[h][0] = widen(r[2 * h]);
@@ -70,12 +71,12 @@ __device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int st
 
 // The B operands of keys key..key+15 for the PV products of 16-dim chunks `chunk` and chunk + 1:
 // per chunk, n8 blocks of its even dims then its odd dims ([keys 0-7, keys 8-15] each).
-template <int HeadDim>
-__device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int chunk, int lane, uint32_t (&b)[2][4]) {
+template <int HeadDim, typename Offset>
+__device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int chunk, int lane, uint32_t (&b)[2][4],
+                                            const Offset& offset) {
     const int m8 = lane / 8;
     uint32_t r[4];
-    flashinfer::mma::ldmatrix_m8n8x4_trans(
-        r, const_cast<uint8_t*>(tile + swizzle<HeadDim>(key + (m8 % 2) * 8 + lane % 8, chunk + m8 / 2)));
+    flashinfer::mma::ldmatrix_m8n8x4_trans(r, const_cast<uint8_t*>(tile + offset(key + (m8 % 2) * 8 + lane % 8, chunk + m8 / 2)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
@@ -89,9 +90,9 @@ __device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int ch
 
 // s += Q K^T over the Blocks 16-key blocks of a warp from key0 on (s as in decode.cuh: [block]
 // [keys 0-7, 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step.
-template <int HeadDim, int Blocks, typename QStep>
+template <int HeadDim, int Blocks, typename QStep, typename Offset>
 __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, int key0, int lane,
-                                       const QStep& q_step) {
+                                       const QStep& q_step, const Offset& offset) {
 #pragma unroll
     for (int step = 0; step < HeadDim / 16; step += 2) {  // one ldmatrix of K per 2 steps
         uint32_t q_two[2][4];
@@ -100,7 +101,7 @@ __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* 
 #pragma unroll
         for (int b = 0; b < Blocks; ++b) {
             uint32_t k_frag[2][4];
-            k_fragments<HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag);
+            k_fragments<HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag, offset);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[0], k_frag[0]);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[1], k_frag[1]);
         }
@@ -109,13 +110,13 @@ __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* 
 
 // o += P V over keys key..key+15 of a stage; o's n8 block 2c holds the even dims of 16-dim chunk
 // c, block 2c + 1 its odd dims (store_partial puts them in order).
-template <int HeadDim>
+template <int HeadDim, typename Offset>
 __device__ __forceinline__ void accumulate(float (&o)[HeadDim / 8][4], uint32_t (&p_frag)[4], const uint8_t* v_tile,
-                                           int key, int lane) {
+                                           int key, int lane, const Offset& offset) {
 #pragma unroll
     for (int chunk = 0; chunk < HeadDim / 16; chunk += 2) {
         uint32_t v_frag[2][4];
-        v_fragments<HeadDim>(v_tile, key, chunk, lane, v_frag);
+        v_fragments<HeadDim>(v_tile, key, chunk, lane, v_frag, offset);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk][0], p_frag, v_frag[0]);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
     }
@@ -168,8 +169,9 @@ struct QStaging {
     }
 
     // The CTA's q scale (1 for fp16 q): every thread calls it; `scratch` holds one float per warp
-    // (shared memory nothing else uses before the first stage lands); one barrier.
-    __device__ __forceinline__ float scale(int warp, int lane, float* scratch) const {
+    // (shared memory nothing else uses meanwhile); one barrier of the Threads, `sync`.
+    template <typename Sync>
+    __device__ __forceinline__ float scale(int warp, int lane, float* scratch, const Sync& sync) const {
         if constexpr (!kRescale) return 1.f;
         uint32_t top = 0;  // largest |q| bits (bf16 magnitudes order as unsigned integers)
 #pragma unroll
@@ -184,7 +186,7 @@ struct QStaging {
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) top = max(top, __shfl_xor_sync(0xffffffff, top, offset));
         if (lane == 0) scratch[warp] = __uint_as_float(top << 16);
-        __syncthreads();
+        sync();
         float largest = 0.f;
         for (int w = 0; w < Threads / 32; ++w) largest = fmaxf(largest, scratch[w]);
         if (!(largest > 0.f) || isinf(largest)) return 1.f;  // all zero (or non-finite: propagates as is)

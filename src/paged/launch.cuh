@@ -45,9 +45,9 @@ struct PagedTraits {
 // kernel into its dynamic shared memory there (a per-device function attribute), so that runs
 // need not.
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy(bool long_shape, int* ctas_per_sm) {
+cudaError_t occupancy(DecodeShape shape, int* ctas_per_sm) {
     using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ>;
-    if (long_shape) {  // only the decode kernel has one
+    if (shape != kShort) {  // only the decode kernel has other shapes
         *ctas_per_sm = 0;
         return cudaSuccess;
     }

@@ -11,6 +11,7 @@
 
 #include "flash_attn_standalone.h"
 
+#include <cuda.h>  // CUtensorMap (a type only: the library calls the driver through cudart)
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -22,6 +23,10 @@
 #include "api/layout.h"
 
 namespace fas_paged {
+
+// The decode kernel's shapes (16-row tiles), chosen per plan: kShort and kLong load with cp.async
+// (decode.cuh), kStream with the TMA engine (decode_tma.cuh). The 64-row kernel has kShort only.
+enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2 };
 
 // Everything one launch reads; device pointers unless said. Int32 arrays come from the plan's
 // schedule (schedule.cpp), tensors from the run.
@@ -51,7 +56,7 @@ struct LaunchArgs {
     int merge_rows;               // rows of out from first_row on
     int first_row;                // cu_seqlens_q[0]
     int sm_count;
-    bool long_shape;              // the decode kernel's long shape (has_long_decode)
+    DecodeShape shape;            // of the decode kernel (the 64-row kernel: kShort)
     // The decode kernel's masks beyond causal (the 64-row kernel takes neither): a left window
     // (-1: none; the plan's KV chunks start at window_start) and the logits softcap (0: off).
     int window_left;
@@ -60,40 +65,66 @@ struct LaunchArgs {
     // on the device, NULL meaning 1. 16-bit caches ignore them.
     const float* k_descale;
     const float* v_descale;
+    // kStream: the caches as tensor maps (tensor_map.h; a box is 1 << box_shift rows of one
+    // 128-byte segment of a KV head's row), the plan's with each run's cache address. tma_flat:
+    // the map's rows are the cache's rows, one page of them (contiguous KV: row = page x
+    // page_size + key); else rows of a page, and pages.
+    int box_shift;
+    bool tma_flat;
+    CUtensorMap k_map, v_map;
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
-// CTAs per SM on the current device of the kernel's short or long shape (0: it has no long
-// shape); also opts that kernel into its dynamic shared memory there (a per-device attribute),
-// which is why plan creation calls it before any of the plan's runs.
-using OccupancyFn = cudaError_t (*)(bool long_shape, int* ctas_per_sm);
+// CTAs per SM on the current device of the kernel in one shape (0: it has no such shape); also
+// opts that kernel into its dynamic shared memory there (a per-device attribute), which is why
+// plan creation calls it before any of the plan's runs.
+using OccupancyFn = cudaError_t (*)(DecodeShape shape, int* ctas_per_sm);
 
 // Defined by each kernel TU (explicit specializations; registry.cpp lists them). Dtype (q and
 // out) and KvDtype (the caches: Dtype, or FAS_DTYPE_E4M3) are fas_dtype values.
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy_paged(bool long_shape, int* ctas_per_sm);
+cudaError_t occupancy_paged(DecodeShape shape, int* ctas_per_sm);
 
-// The decode kernel (16-row tiles) has two shapes, chosen per plan. Short: two CTAs per SM, each
-// warp 16 keys of a 64-key stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each
-// warp 32 keys of a 128-key stage in a 200 KiB ring; it streams a long chunk faster but has no
-// second CTA to hide its start, so plans whose CTAs average more than kLongDecodeMinKeys keys use it
-// (measured on the H100: docs/design/decode-plan.md, "Two shapes"). The planner learns whether a
-// kernel has a long shape, and its CTAs per SM, from OccupancyFn.
-// e4m3 caches: the second shape is instead "dense", three CTAs per SM of the short shape's
-// stages in 64 KiB rings, at every head dim; planned when the plan fills at most one wave of it
-// (split plans) or, unsplit, when its waves cost no more (docs/design/mixed-and-fp8-kv.md).
+// The decode kernel (16-row tiles) has three shapes, chosen per plan. Stream: a persistent CTA per
+// SM whose producer warp copies boxes of page rows with the TMA engine while four consumer warps
+// compute (docs/design/decode-roofline.md), every plan whose pages hold a multiple of
+// kMinStreamBox rows (and contiguous KV). The other two, whose warps both load (cp.async, a row at
+// a time) and compute, take smaller pages. Short: two CTAs per SM, each warp 16 keys of a 64-key
+// stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each warp 32 keys of a 128-key
+// stage in a 200 KiB ring, planned when its CTAs average more than kLongDecodeMinKeys keys
+// (docs/design/decode-plan.md, "Two shapes"). e4m3 caches: the second shape is instead "dense",
+// three CTAs per SM of the short shape's stages in 64 KiB rings, planned when the plan fills at
+// most one wave of it (split plans) or, unsplit, when its waves cost no more
+// (docs/design/mixed-and-fp8-kv.md). The planner learns which shapes a kernel has, and their CTAs
+// per SM, from OccupancyFn.
 constexpr bool has_long_decode(int head_dim, int tile_q, bool fp8_kv = false) {
     return tile_q == 16 && (head_dim == 128 || fp8_kv);
 }
 constexpr int kLongDecodeMinKeys = 2048;
+// Rows per TMA copy of the stream shape: 16 (pages of a multiple of 16 rows, and contiguous KV:
+// on an H200 16-row copies streamed as fast as 128-row ones, bench/stream_probe.cu), else 8.
+constexpr int kStreamBoxRows = 16;
+constexpr int kMinStreamBox = 8;
+// The stream shape where the card's DRAM can move at least this many bytes per SM per SM clock
+// (fas::DeviceProps): the other shapes stop at ~11.5 (their instruction stream, ~3 TB/s on 132
+// SMs at 1.98 GHz), at the H100's roofline (12.8) but a quarter short of the H200's (18.4), where
+// the stream shape's copies reach ~16.5; on the H100 they are 3-6% slower than the cp.async
+// shapes (docs/design/decode-roofline.md).
+constexpr double kStreamMinBytesPerSmClock = 15.0;
+
+// Keys per stage of the stream shape: 4 consumer warps x 32 (x 16 for 16-bit caches at head dim
+// 256, whose warps hold twice the accumulators).
+constexpr int stream_keys(int head_dim, bool fp8_kv) { return head_dim == 256 && !fp8_kv ? 64 : 128; }
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
 // 16-row tiles (the same for e4m3 caches: their stages hold as many keys in half the bytes),
 // launch.cuh's KV tile for 64-row ones.
-constexpr int kv_tile_rows(int head_dim, int tile_q, bool long_shape = false, bool fp8_kv = false) {
-    return tile_q == 16 ? (long_shape && !fp8_kv ? 128 : head_dim <= 128 ? 64 : 32) : (head_dim <= 128 ? 128 : 64);
+constexpr int kv_tile_rows(int head_dim, int tile_q, DecodeShape shape = kShort, bool fp8_kv = false) {
+    if (tile_q != 16) return head_dim <= 128 ? 128 : 64;
+    if (shape == kStream) return stream_keys(head_dim, fp8_kv);
+    return shape == kLong && !fp8_kv ? 128 : head_dim <= 128 ? 64 : 32;
 }
 
 // The first key any query of a sequence sees under a left window (FlashAttention's, bottom-right
@@ -136,6 +167,7 @@ struct PlanRequest {
     const int32_t* cu_seqlens_k;  // host, batch + 1 (contiguous KV); NULL for paged
     int batch_size;
     int page_size;  // paged: the caller's; contiguous: chosen by the planner
+    int num_pages;  // paged: the caches' pages; contiguous: 0
     int64_t k_page_stride, v_page_stride;  // elements (resolved)
 };
 
@@ -148,6 +180,7 @@ struct Plan {
     int total_pages = 0;
     int kv_splits = 1;
     int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
+    int kv_element_bytes = 2;
     int group = 1;
 
     Plan() = default;

@@ -11,6 +11,7 @@
 #include "api/lse.h"
 #include "api/status.h"
 #include "paged/paged.h"
+#include "paged/tensor_map.h"
 
 namespace fas_paged {
 
@@ -134,32 +135,75 @@ int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size) {
     return page;
 }
 
+// Rows per TMA copy of the stream shape (paged.h), so that no copy crosses a page; 0 when the
+// pages take none.
+int stream_box_rows(bool contiguous, int page_size) {
+    if (contiguous || page_size % kStreamBoxRows == 0) return kStreamBoxRows;
+    return page_size % kMinStreamBox == 0 ? kMinStreamBox : 0;
+}
+
+// The stream shape's tensor maps of a plan's caches (addresses come with each run); false with
+// *why when the TMA engine cannot address them.
+bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request, int box_rows,
+                 LaunchArgs* a, std::string* why) {
+    const bool flat = request.cu_seqlens_k != nullptr;
+    const int64_t rows = flat ? request.cu_seqlens_k[request.batch_size] : request.page_size;
+    CacheGeometry g{kernel->kv_dtype == FAS_DTYPE_E4M3 ? 1 : 2, layout.head_dim, layout.num_heads_k,
+                    std::max<int64_t>(rows, 1), flat ? 1 : request.num_pages, layout.k_row_stride,
+                    request.k_page_stride, box_rows};
+    if (!encode_cache_map(g, &a->k_map, why)) return false;
+    g.row_stride = layout.v_row_stride;
+    g.page_stride = request.v_page_stride;
+    if (!encode_cache_map(g, &a->v_map, why)) return false;
+    a->tma_flat = flat;
+    a->box_shift = __builtin_ctz(static_cast<unsigned>(box_rows));
+    return true;
+}
+
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
-    int short_ctas = 0, long_ctas = 0;  // per SM; long_ctas 0: the kernel has no long shape
-    cudaError_t error = kernel->occupancy(false, &short_ctas);
-    if (error == cudaSuccess) error = kernel->occupancy(true, &long_ctas);
+    int short_ctas = 0, long_ctas = 0, stream_ctas = 0;  // per SM; 0: the kernel has no such shape
+    cudaError_t error = kernel->occupancy(kShort, &short_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(kLong, &long_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(kStream, &stream_ctas);
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
-    // The decode kernel's long shape when its CTAs would be long enough, else the short one. For
-    // e4m3 caches the second shape is the dense one (paged.h): taken when its schedule fills at
-    // most one wave, or when its waves (each CTA sharing its SM with two others) cost no more
-    // than the short shape's: ceil(ctas / wave) x CTAs per SM, the time of a wave of equal CTAs.
     const bool fp8_kv = kernel->kv_dtype == FAS_DTYPE_E4M3;
+    LaunchArgs stream_args{};
+    std::string no_stream;
+    const int box_rows = stream_box_rows(request.cu_seqlens_k != nullptr, request.page_size);
+    bool fast_card = device.dram_bytes_per_sm_clock() >= kStreamMinBytesPerSmClock;
+#ifdef FAS_DEV_DECODE_SHAPE  // measuring builds only (bench/dev_library.py --define): 2 stream, else the others
+    fast_card = FAS_DEV_DECODE_SHAPE == 2;
+#endif
+    const bool stream = fast_card && stream_ctas > 0 && box_rows > 0 &&
+                        stream_maps(layout, kernel, request, box_rows, &stream_args, &no_stream);
+    // The stream shape where it can run and the card's memory outruns the other shapes (paged.h),
+    // a persistent CTA per SM (its wave is one CTA per SM).
+    // Otherwise the decode kernel's long shape when its CTAs would be long enough, else the short
+    // one. For e4m3 caches the second shape is the dense one (paged.h): taken when its schedule
+    // fills at most one wave, or when its waves (each CTA sharing its SM with two others) cost no
+    // more than the short shape's: ceil(ctas / wave) x CTAs per SM, the time of a wave of equal CTAs.
     HostSchedule s;
-    bool long_shape = false;
+    DecodeShape shape = kShort;
     try {
-        if (long_ctas > 0) {
-            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, true, fp8_kv),
+        if (stream) {
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, 16, kStream, fp8_kv), wave(1),
+                           &s);
+            shape = kStream;
+        } else if (long_ctas > 0) {
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, kLong, fp8_kv),
                            wave(long_ctas), &s);
             const int64_t per_head = static_cast<int64_t>(s.request.size());  // cta_keys counts one KV head
             const int64_t ctas = per_head * layout.num_heads_k;                 // launched
             const auto waves_cost = [&](int per_sm) { return ceil_div(ctas, wave(per_sm)) * std::max(per_sm, 1); };
-            long_shape = ctas > 0 && (fp8_kv ? ctas <= wave(long_ctas) || waves_cost(long_ctas) <= waves_cost(short_ctas)
-                                             : s.cta_keys > int64_t{kLongDecodeMinKeys} * per_head);
+            const bool long_shape =
+                ctas > 0 && (fp8_kv ? ctas <= wave(long_ctas) || waves_cost(long_ctas) <= waves_cost(short_ctas)
+                                    : s.cta_keys > int64_t{kLongDecodeMinKeys} * per_head);
+            if (long_shape) shape = kLong;
         }
-        if (!long_shape) {
+        if (shape == kShort) {
             s = HostSchedule();
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q),
                            wave(short_ctas), &s);
@@ -234,7 +278,13 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.first_row = request.cu_seqlens_q[0];
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;
-    a.long_shape = long_shape;
+    a.shape = shape;
+    if (shape == kStream) {
+        a.k_map = stream_args.k_map;
+        a.v_map = stream_args.v_map;
+        a.tma_flat = stream_args.tma_flat;
+        a.box_shift = stream_args.box_shift;
+    }
     a.window_left = layout.window_left;
     a.softcap = layout.softcap;
     if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
@@ -244,7 +294,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
-    plan->ctas_per_sm = long_shape ? long_ctas : std::max(short_ctas, 1);
+    plan->ctas_per_sm = shape == kStream ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
+    plan->kv_element_bytes = fp8_kv ? 1 : 2;
     plan->group = layout.num_heads_q / layout.num_heads_k;
     *out = std::move(plan);
     return FAS_SUCCESS;
@@ -277,6 +328,12 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
     }
     a.k_descale = k_descale;
     a.v_descale = v_descale;
+    if (a.shape == kStream) {  // the plan's tensor maps, with this run's caches
+        std::string why;
+        if (!replace_address(&a.k_map, k, &why) || !replace_address(&a.v_map, v, &why)) {
+            return fail(FAS_ERROR_CUDA, why);
+        }
+    }
     cudaError_t error = fas::device_block_prepare_run(plan.block, stream);
     if (error != cudaSuccess) return fail_cuda(error, "waiting for the paged schedule upload (cudaStreamWaitEvent)");
     error = plan.kernel->launch(a, stream);

@@ -9,7 +9,7 @@
     template <>                                                                                              \
     cudaError_t launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>(const LaunchArgs&, cudaStream_t);  \
     template <>                                                                                              \
-    cudaError_t occupancy_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>(bool, int*);                    \
+    cudaError_t occupancy_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>(DecodeShape, int*);             \
     }
 #include "kernel_registry.inc"
 

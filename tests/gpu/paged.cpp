@@ -42,6 +42,18 @@ bool has_kernel(const char* family, fas_dtype dtype, int head_dim, bool causal) 
     return false;
 }
 
+// Whether the library plans the decode kernel's stream shape on this card (paged.h: the card's
+// DRAM moves at least 15 bytes per SM per SM clock, as the H200 does and the H100 does not).
+bool stream_card() {
+    int device = 0, sms = 0, sm_khz = 0, mem_khz = 0, bus_bits = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    return 2.0 * mem_khz * (bus_bits / 8.0) / (static_cast<double>(sms) * sm_khz) >= 15.0;
+}
+
 // Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
 std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
     std::vector<int32_t> ids(num_pages);
@@ -422,7 +434,11 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back({"paged-chunked-page1-gqa7", 14, 2, head_dim, true, 1, {130, 9, 300}, {300, 9, 4097}});
             cases.push_back({"paged-chunked-page256-gqa1", 8, 8, head_dim, true, 256, {1000, 17}, {4097, 700}});
             cases.push_back({"paged-prefill-full", 8, 2, head_dim, false, 128, {300, 7}, {700, 7}});
+            // Many short CTAs: the short shape (2 CTAs per SM); on a stream card (one persistent
+            // CTA per SM) where pages hold a multiple of 8 rows (see the loop at the end).
             cases.push_back({"paged-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(300, 1),
+                             std::vector<int>(300, 1500), false, 2});
+            cases.push_back({"paged-decode-many-page4", 16, 2, head_dim, true, 4, std::vector<int>(300, 1),
                              std::vector<int>(300, 1500), false, 2});
             // One prefill chunk and 255 decodes (the shape, shorter for the CPU reference).
             std::vector<int> one_prefill_q(255, 1), one_prefill_k(255);
@@ -433,6 +449,8 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                              -1, -1, 0.f, 255});
             if (head_dim == 128) {  // CTAs of 2048+ keys: the decode kernel's long shape (paged.h)
                 cases.push_back({"paged-decode-long", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                                 std::vector<int>(40, 4100), false, 1});
+                cases.push_back({"paged-decode-long-page4", 16, 2, head_dim, true, 4, std::vector<int>(40, 1),
                                  std::vector<int>(40, 4100), false, 1});
                 cases.push_back({"paged-decode-long-split", 16, 2, head_dim, true, 64, {1, 1}, {70000, 65000}, true, 1});
             }
@@ -451,16 +469,26 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             {"fp8kv-window-softcap", 16, 2, head_dim, true, 32, {1, 1}, {5000, 30}, false, 0, FAS_FAMILY_PAGED, 1000,
              30.f},
         };
-        // The dense shape (3 CTAs per SM) for a plan of one wave, the short one (2) for many CTAs.
-        fp8.push_back({"fp8kv-decode-dense", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+        // The dense shape (3 CTAs per SM) for a plan of one wave, the short one (2) for many CTAs
+        // (stream cards: the stream shape where pages hold a multiple of 8 rows).
+        fp8.push_back({"fp8kv-decode-dense-page16", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+                       std::vector<int>(40, quick ? 1000 : 4100), false, 3});
+        fp8.push_back({"fp8kv-decode-dense", 16, 2, head_dim, true, 4, std::vector<int>(40, 1),
                        std::vector<int>(40, quick ? 1000 : 4100), false, 3});
         if (!quick) {
-            fp8.push_back({"fp8kv-decode-many", 16, 2, head_dim, true, 16, std::vector<int>(400, 1),
+            fp8.push_back({"fp8kv-decode-many", 16, 2, head_dim, true, 4, std::vector<int>(400, 1),
                            std::vector<int>(400, 300), false, 2});
         }
         for (PagedCase& c : fp8) {
             c.fp8_kv = true;
             cases.push_back(c);
+        }
+    }
+    // On a stream card every decode plan whose pages hold a multiple of 8 rows takes the stream
+    // shape, one persistent CTA per SM; smaller pages keep the shapes named above.
+    if (stream_card()) {
+        for (PagedCase& c : cases) {
+            if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0) c.expect_ctas_per_sm = 1;
         }
     }
     uint64_t seed = 7000 + static_cast<uint64_t>(dtype);

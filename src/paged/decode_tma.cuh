@@ -1,0 +1,299 @@
+// The decode kernel's stream shape (paged.h: kStream): a persistent CTA per SM whose producer warp
+// copies K and V with the TMA engine, one copy per segment of a box of cache rows (a page, or a
+// part of one), into a ring of stages, while four consumer warps run the same math as the other
+// shapes (decode_math.cuh) on what has landed; they meet at mbarriers, `full` (a stage's bytes
+// have landed) and `empty` (each consumer warp is done with it).
+//
+// Why (docs/design/decode-roofline.md): decode moves bytes and does little else, and the other
+// shapes, whose warps both load (cp.async, 16 bytes a thread) and compute at one warp per
+// scheduler, issued ~1000 instructions per warp per 64 KiB stage on an H200: their address
+// arithmetic and copies, not the memory, capped them at ~3 TB/s on either card. Here a stage costs
+// the consumers only their math and the producer a few copies, the ring runs ahead across work
+// items (a CTA takes items blockIdx.x, + gridDim.x, ...), and the end of an item (combining the
+// warps' states, in the item's last stage, held until then) overlaps the next item's loads.
+// Producer warps issuing cp.async instead were slower (3.3 against 4.1 TB/s): two instruction
+// streams per scheduler again.
+//
+// Stage layout: per K or V tile, the 128-byte segments of the rows segment-major ([segment][row]
+// [128 bytes], 128-byte swizzle: chunk c of row r at (c ^ (r & 7)) x 16), as tensor-map copies
+// of one segment of a box of rows with SWIZZLE_128B write them; 64-byte rows (e4m3 at head dim
+// 64) are [row][64 bytes] with the 64-byte swizzle. Rows of a stage that no copy writes, or past
+// the chunk's last key, may hold anything: their scores are masked, and each consumer warp zeroes
+// the V rows of its keys past the end before its P V (0 x NaN would be NaN).
+#ifndef FAS_PAGED_DECODE_TMA_CUH
+#define FAS_PAGED_DECODE_TMA_CUH
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include <flashinfer/cp_async.cuh>
+
+#include "paged/decode_math.cuh"
+#include "paged/decode_shape.h"
+
+namespace fas_paged {
+namespace decode {
+namespace tma {
+
+__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void init(uint64_t* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bar)), "r"(count));
+}
+__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(bar)) : "memory");
+}
+// Until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @done bra DONE;\n bra WAIT;\n DONE:\n }\n" ::"r"(smem(bar)),
+        "r"(parity)
+        : "memory");
+}
+// One box of the tensor map at (x, y, z, w) into shared memory, completing on `bar`
+// (tensor_map.h: element, segment, row, page).
+__device__ __forceinline__ void copy(void* dst, const CUtensorMap* map, int x, int y, int z, int w, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+        "[%2];" ::"r"(smem(dst)),
+        "l"(map), "r"(smem(bar)), "r"(x), "r"(y), "r"(z), "r"(w)
+        : "memory");
+}
+// Orders this thread's ordinary shared-memory writes before later copies into the same bytes.
+__device__ __forceinline__ void fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// A barrier of the consumer warps only (the producer never joins).
+template <int Threads>
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(Threads) : "memory");
+}
+
+}  // namespace tma
+
+// Where a stage tile of Keys rows holds 16-byte chunk `chunk` of row `row` (the header's layout).
+template <int RowBytes, int Keys>
+__device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
+    if constexpr (RowBytes >= 128) {
+        return static_cast<uint32_t>((chunk / 8) * Keys * 128 + row * 128 + (((chunk % 8) ^ (row & 7)) << 4));
+    } else {
+        static_assert(RowBytes == 64, "rows of 64 or a multiple of 128 bytes");
+        return static_cast<uint32_t>(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
+    }
+}
+
+// One work item (a 16-row query tile x KV chunk x KV head): what producer and consumers agree on.
+struct Item {
+    int request, qo_tile, kv_tile, kv_head;
+    int q_begin, qo_len, kv_len, kv_begin, kv_end;
+    int first;       // the first stage's first key: kv_begin rounded down to a whole box
+    int iterations;  // stages
+    int num_chunks;
+    int page_begin;
+};
+
+template <int Keys>
+__device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
+    Item w;
+    const int cta = index / a.num_heads_k;
+    w.kv_head = index % a.num_heads_k;  // KV heads fastest: one sequence's heads read the same rows together
+    w.request = a.request_indices[cta];
+    w.qo_tile = a.qo_tile_indices[cta];
+    w.kv_tile = a.kv_tile_indices[cta];
+    w.q_begin = a.q_indptr[w.request];
+    w.qo_len = a.q_indptr[w.request + 1] - w.q_begin;
+    w.page_begin = a.page_indptr[w.request];
+    const int pages = a.page_indptr[w.request + 1] - w.page_begin;
+    w.kv_len = pages == 0 ? 0 : (pages - 1) * a.page_size + a.last_page_len[w.request];
+    const int kv_start = window_start(w.kv_len, w.qo_len, a.window_left);
+    const int span = w.kv_len - kv_start;
+    const int chunk = a.split ? a.kv_chunk_size[0] : span;
+    w.kv_begin = kv_start + (a.split ? min(w.kv_tile * chunk, span) : 0);
+    w.kv_end = a.split ? min(w.kv_begin + chunk, w.kv_len) : w.kv_len;
+    w.first = w.kv_begin >> a.box_shift << a.box_shift;
+    w.iterations = w.kv_end > w.kv_begin ? (w.kv_end - w.first + Keys - 1) / Keys : 0;
+    w.num_chunks = a.split ? (max(span, 1) + chunk - 1) / chunk : 1;
+    return w;
+}
+
+// The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
+// box b of a stage (its rows of K, then of V, a copy per segment); its page id is loaded before
+// the wait for the stage's slot, so that the wait hides the load.
+template <typename S>
+__device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
+                                        int lane) {
+    static_assert(S::kKeys / kMinStreamBox <= 32, "a lane per box");
+    const int box = 1 << a.box_shift;
+    const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
+    int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
+    for (int index = blockIdx.x; index < a.num_ctas * a.num_heads_k; index += gridDim.x) {
+        const Item w = describe<S::kKeys>(a, index);
+        const int32_t* page_ids = a.page_indices + w.page_begin;
+        for (int it = 0; it < w.iterations; ++it, ++stage) {
+            const int slot = stage % S::kStages;
+            const int base = w.first + it * S::kKeys;
+            const int boxes = (min(S::kKeys, w.kv_end - base) + box - 1) / box;
+            int row = 0, page = 0;
+            if (lane < boxes) {
+                const int key = base + lane * box;
+                const int page_slot = page_shift >= 0 ? key >> page_shift : key / a.page_size;
+                page = page_ids[page_slot];
+                row = key - page_slot * a.page_size;
+                if (a.tma_flat) row += page * a.page_size, page = 0;
+            }
+            if (stage >= S::kStages) tma::wait(&empty[slot], ((stage / S::kStages) + 1) & 1);
+            if (lane == 0) tma::arrive_expect(&full[slot], 2 * boxes * box * S::kRowBytes);
+            __syncwarp();
+            if (lane < boxes) {
+                uint8_t* const k_box = ring + slot * S::kStageBytes + lane * box * S::kSegBytes;
+#pragma unroll
+                for (int seg = 0; seg < S::kSegs; ++seg) {
+                    uint8_t* const at = k_box + seg * S::kKeys * S::kSegBytes;
+                    tma::copy(at, &a.k_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
+                    tma::copy(at + S::kTileBytes, &a.v_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
+                }
+            }
+        }
+    }
+}
+
+// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3).
+template <typename T, typename KV, int HeadDim, bool Causal>
+__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV)>::kThreads, 1)
+    stream_kernel(const __grid_constant__ LaunchArgs a) {
+    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV))>;
+    constexpr bool kFp8 = sizeof(KV) == 1;
+    constexpr int kConsumers = 32 * S::kConsumerWarps;
+    extern __shared__ __align__(1024) uint8_t smem[];
+    __shared__ uint64_t full[S::kStages], empty[S::kStages];
+    __shared__ float state[S::kConsumerWarps * 16 * 2];  // the end of an item: [warp][row][m, l]
+    uint8_t* const ring = smem;
+    uint8_t* const q_smem = smem + S::kRingBytes;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    if (tid == 0) {
+        for (int s = 0; s < S::kStages; ++s) {
+            tma::init(&full[s], 1);
+            tma::init(&empty[s], S::kConsumerWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+    if (warp == S::kConsumerWarps) {
+        produce<S>(a, ring, full, empty, lane);
+        return;
+    }
+
+    const int g = lane / 4;
+    const int group = a.num_heads_q / a.num_heads_k;
+    const T* q = static_cast<const T*>(a.q);
+    constexpr int kQChunks = HeadDim / 8;
+    constexpr bool kQInRegisters = HeadDim <= 128;
+    const auto offset = [](int row, int chunk) { return stream_offset<S::kRowBytes, S::kKeys>(row, chunk); };
+    const auto q_offset = [](int row, int chunk) {  // the Q tile: 16-bit rows, chunks XOR the row's low bits
+        return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
+    };
+    int stage = 0;
+    for (int index = blockIdx.x; index < a.num_ctas * a.num_heads_k; index += gridDim.x) {
+        const Item w = describe<S::kKeys>(a, index);
+        const int row0 = w.qo_tile * 16;
+        const auto q_row = [&](int row, bool* valid) {
+            const int packed = row0 + row, token = packed / group, head = w.kv_head * group + packed % group;
+            *valid = token < w.qo_len;
+            return q + static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
+        };
+        // Q tile -> shared, as in the cp.async kernel (e4m3 caches: through registers, permuted).
+        float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
+        if constexpr (kFp8) {
+            fp8::QStaging<T, HeadDim, kConsumers, true> staging;
+            staging.load(tid, q_row);
+            q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
+            staging.store(q_smem, tid, q_scale, q_offset);
+            if (a.k_descale != nullptr) k_scale = a.k_descale[w.kv_head];
+            if (a.v_descale != nullptr) v_scale = a.v_descale[w.kv_head];
+        } else {
+            for (int i = tid; i < 16 * kQChunks; i += kConsumers) {
+                bool valid;
+                const T* src = q_row(i / kQChunks, &valid) + (i % kQChunks) * 8;
+                flashinfer::cp_async::pred_load_128b<flashinfer::cp_async::PrefetchMode::kNoPrefetch,
+                                                     flashinfer::cp_async::SharedMemFillMode::kFillZero>(
+                    reinterpret_cast<T*>(q_smem + q_offset(i / kQChunks, i % kQChunks)), src, valid);
+            }
+            flashinfer::cp_async::commit_group();
+            flashinfer::cp_async::wait_group<0>();
+        }
+        tma::consumers_sync<kConsumers>();
+        uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
+        const auto q_address = [&](int step) {
+            return reinterpret_cast<T*>(q_smem + q_offset(lane % 16, 2 * step + lane / 16));
+        };
+        if constexpr (kQInRegisters) {
+#pragma unroll
+            for (int step = 0; step < HeadDim / 16; ++step) flashinfer::mma::ldmatrix_m8n8x4(q_frag[step], q_address(step));
+        }
+        const auto q_step = [&](int step, uint32_t(&frag)[4]) {
+            if constexpr (kQInRegisters) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) frag[e] = q_frag[step][e];
+            } else {
+                flashinfer::mma::ldmatrix_m8n8x4(frag, q_address(step));
+            }
+        };
+        const ScoreScale sc(a.softmax_scale, a.softcap, k_scale, q_scale);
+        const KeyBounds bounds =
+            key_bounds<Causal>(row0, g, group, w.kv_len, w.qo_len, w.kv_begin, w.kv_end, a.window_left);
+        WarpState<HeadDim> st;
+        st.init();
+        const int key0 = warp * S::kWarpKeys;  // this warp's keys of each stage
+        for (int it = 0; it < w.iterations; ++it, ++stage) {
+            const int slot = stage % S::kStages;
+            tma::wait(&full[slot], (stage / S::kStages) & 1);
+            uint8_t* const k_tile = ring + slot * S::kStageBytes;
+            uint8_t* const v_tile = k_tile + S::kTileBytes;
+            const int stage_key = w.first + it * S::kKeys + key0;
+            if (stage_key + S::kWarpKeys > w.kv_end) {  // zero this warp's V rows past the end
+                constexpr int kChunksPerRow = S::kRowBytes / 16;
+                const int from = max(0, w.kv_end - stage_key);
+                for (int i = from * kChunksPerRow + lane; i < S::kWarpKeys * kChunksPerRow; i += 32) {
+                    *reinterpret_cast<uint4*>(v_tile + offset(key0 + i / kChunksPerRow, i % kChunksPerRow)) =
+                        make_uint4(0, 0, 0, 0);
+                }
+                tma::fence_async();
+                __syncwarp();
+            }
+            warp_stage<T, KV, HeadDim, S::kBlocks>(st, k_tile, v_tile, key0, stage_key, bounds, sc, offset, q_step,
+                                                   lane);
+            if (it + 1 < w.iterations) {  // the last stage's slot is the scratch of the item's end
+                __syncwarp();
+                if (lane == 0) tma::arrive(&empty[slot]);
+            }
+        }
+        const TileOutput tile{w.request, w.qo_tile, w.kv_tile, w.kv_head, w.qo_len, group, w.num_chunks};
+        const auto sync = [] { tma::consumers_sync<kConsumers>(); };
+        if (w.iterations > 0) {
+            const int slot = (stage - 1) % S::kStages;
+            sync();  // every warp is done with the last stage: its slot becomes the scratch
+            finish_tile<T, KV, HeadDim, S::kConsumerWarps>(
+                st, state, reinterpret_cast<float*>(ring + slot * S::kStageBytes), a, tile, v_scale, tid, sync);
+            sync();  // every warp has read the scratch
+            tma::fence_async();
+            __syncwarp();
+            if (lane == 0) tma::arrive(&empty[slot]);
+        } else {  // no keys (and no landed stage to borrow as scratch)
+            finish_empty_tile<T, HeadDim>(a, tile, tid, kConsumers);
+            sync();  // every warp is done with this item's Q tile
+        }
+    }
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+}  // namespace decode
+}  // namespace fas_paged
+
+#endif  // FAS_PAGED_DECODE_TMA_CUH
