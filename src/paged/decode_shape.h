@@ -62,8 +62,8 @@ struct StreamShape {
     static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
     static constexpr int kStages = 200 * 1024 / kStageBytes > 8 ? 8 : 200 * 1024 / kStageBytes;
     static constexpr int kRingBytes = kStages * kStageBytes;
-    static constexpr int kQBytes = 16 * HeadDim * 2;  // q is 16-bit
-    static constexpr int kSmemBytes = kRingBytes + kQBytes;
+    static constexpr int kQBytes = 16 * HeadDim * 2;  // q is 16-bit; two tiles (this item's, the next's)
+    static constexpr int kSmemBytes = kRingBytes + 2 * kQBytes;
     static_assert(kSegBytes == 64 || kSegBytes == 128, "TMA swizzles of 64 or 128 bytes");
     static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of whole 16-key blocks");
     static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");

@@ -197,39 +197,56 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV)>::kThreads, 1)
     const auto q_offset = [](int row, int chunk) {  // the Q tile: 16-bit rows, chunks XOR the row's low bits
         return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
     };
-    int stage = 0;
-    for (int index = blockIdx.x; index < a.num_ctas * a.num_heads_k; index += gridDim.x) {
-        const Item w = describe<S::kKeys>(a, index);
+    // 16-bit q: each item's Q tile is copied an item ahead, into the other of two buffers, so that
+    // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item).
+    const int items = a.num_ctas * a.num_heads_k;
+    const auto copy_q = [&](const Item& w, uint8_t* to) {
+        for (int i = tid; i < 16 * kQChunks; i += kConsumers) {
+            const int row = i / kQChunks, packed = w.qo_tile * 16 + row, token = packed / group;
+            const bool valid = token < w.qo_len;
+            const T* src = q + static_cast<int64_t>(w.q_begin + (valid ? token : 0)) * a.q_row_stride +
+                           (w.kv_head * group + packed % group) * HeadDim + (i % kQChunks) * 8;
+            flashinfer::cp_async::pred_load_128b<flashinfer::cp_async::PrefetchMode::kNoPrefetch,
+                                                 flashinfer::cp_async::SharedMemFillMode::kFillZero>(
+                reinterpret_cast<T*>(to + q_offset(row, i % kQChunks)), src, valid);
+        }
+        flashinfer::cp_async::commit_group();
+    };
+    Item next{};
+    if (!kFp8 && static_cast<int>(blockIdx.x) < items) {
+        next = describe<S::kKeys>(a, blockIdx.x);
+        copy_q(next, q_smem);
+    }
+    int stage = 0, buffer = 0;
+    for (int index = blockIdx.x; index < items; index += gridDim.x, buffer ^= 1) {
+        const Item w = kFp8 ? describe<S::kKeys>(a, index) : next;
+        uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
         const int row0 = w.qo_tile * 16;
-        const auto q_row = [&](int row, bool* valid) {
-            const int packed = row0 + row, token = packed / group, head = w.kv_head * group + packed % group;
-            *valid = token < w.qo_len;
-            return q + static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
-        };
-        // Q tile -> shared, as in the cp.async kernel (e4m3 caches: through registers, permuted).
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
         if constexpr (kFp8) {
             fp8::QStaging<T, HeadDim, kConsumers, true> staging;
-            staging.load(tid, q_row);
+            staging.load(tid, [&](int row, bool* valid) {
+                const int packed = row0 + row, token = packed / group, head = w.kv_head * group + packed % group;
+                *valid = token < w.qo_len;
+                return q + static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
+            });
             q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
-            staging.store(q_smem, tid, q_scale, q_offset);
+            staging.store(q_tile, tid, q_scale, q_offset);
             if (a.k_descale != nullptr) k_scale = a.k_descale[w.kv_head];
             if (a.v_descale != nullptr) v_scale = a.v_descale[w.kv_head];
         } else {
-            for (int i = tid; i < 16 * kQChunks; i += kConsumers) {
-                bool valid;
-                const T* src = q_row(i / kQChunks, &valid) + (i % kQChunks) * 8;
-                flashinfer::cp_async::pred_load_128b<flashinfer::cp_async::PrefetchMode::kNoPrefetch,
-                                                     flashinfer::cp_async::SharedMemFillMode::kFillZero>(
-                    reinterpret_cast<T*>(q_smem + q_offset(i / kQChunks, i % kQChunks)), src, valid);
+            if (index + static_cast<int>(gridDim.x) < items) {  // the other buffer's item is done
+                next = describe<S::kKeys>(a, index + gridDim.x);
+                copy_q(next, q_smem + (buffer ^ 1) * S::kQBytes);
+            } else {
+                flashinfer::cp_async::commit_group();  // an empty group: wait_group<1> below stays right
             }
-            flashinfer::cp_async::commit_group();
-            flashinfer::cp_async::wait_group<0>();
+            flashinfer::cp_async::wait_group<1>();  // this item's Q
         }
         tma::consumers_sync<kConsumers>();
         uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
         const auto q_address = [&](int step) {
-            return reinterpret_cast<T*>(q_smem + q_offset(lane % 16, 2 * step + lane / 16));
+            return reinterpret_cast<T*>(q_tile + q_offset(lane % 16, 2 * step + lane / 16));
         };
         if constexpr (kQInRegisters) {
 #pragma unroll
