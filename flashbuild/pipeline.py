@@ -102,7 +102,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         preflight.kernels_fresh(config.matrices.values(), paths.kernels)
         return []
     if dry_run:  # everything the build would need, every problem found
-        found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ))
+        found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ),
+                              sign_key)
         console.print(preflight.render(found), markup=False)
         preflight.raise_if_problems(found)
         return []
@@ -112,6 +113,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
     started = time.monotonic()
     when = build_time(paths.repo)  # a bad SOURCE_DATE_EPOCH fails before any work
     package_checks.require_tools()  # the packages are checked before export: no tool, no work
+    if sign_key is not None:
+        provenance.check_sign_key(sign_key)  # a key that cannot sign fails now, not after the compile
     git = provenance.git_state(paths.repo)  # as the build starts, before it writes anything
     client = None if toolkit else docker_client()  # before the downloads: no engine should cost no fetch
     if client:

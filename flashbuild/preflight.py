@@ -3,7 +3,8 @@ extracting or pulling anything, with every problem reported, not only the first.
 
 Contract: `run` checks, in the order the build meets them, kernels/ against the generator,
 the build's timestamp (SOURCE_DATE_EPOCH), cmake and pkg-config (they check the consumer
-packages before export), the compile route (--sccache settings), each
+packages before export), the signing key (--sign-key: that it signs without a terminal), the
+compile route (--sccache settings), each
 pinned source the plan needs (extracted, cached and valid, or to be downloaded; a --local file
 against its pin; --offline without a usable copy is a problem), the Docker engine, and each
 entry's toolchain image (present, or to be built). Each check yields a line, or the
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dist, images, package_checks, sccache, sources
+from . import dist, images, package_checks, provenance, sccache, sources
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem, FlashBuildError
 from .kernelgen import expected_files, stale_files
@@ -72,12 +73,14 @@ def _image(client, spec, paths, pins: dict) -> str:
 
 
 def run(paths, config, plan: BuildPlan, offline: bool, local: dict[str, Path] | None, use_sccache: bool,
-        connect, environ: dict) -> list[Check]:
+        connect, environ: dict, sign_key: Path | None = None) -> list[Check]:
     """The checks, in the build's order. `connect` returns a Docker client or raises (the
     pipeline's docker_client)."""
     checks = [_check("kernels/", lambda: kernels_fresh(config.matrices.values(), paths.kernels)),
               _check("build time", lambda: f"from {build_time(paths.repo, environ).source}"),
               _check("package checks", lambda: package_checks.require_tools() or "cmake and pkg-config found")]
+    if sign_key is not None:
+        checks.append(_check("signing key", lambda: provenance.check_sign_key(sign_key)))
 
     def route():  # where TUs compile and the caches, as the build would set them up
         chosen = sccache.settings(paths.build, environ) if use_sccache else None

@@ -110,18 +110,55 @@ def render(document: dict) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
+KEY_FIX = (f"pass the private key file (or, with ssh-agent, its .pub) to --sign-key or {SIGN_KEY_VARIABLE}; make "
+           "one with `ssh-keygen -t ed25519 -f release_key`")
+
+
 def sign_key_path(option: str | None, environ=os.environ) -> Path | None:
     """The signing key --sign-key names, else FLASHBUILD_SIGN_KEY, else None (no signature);
-    a named key must exist."""
+    a named key must be a file (check_sign_key says whether it can sign)."""
     value = option or environ.get(SIGN_KEY_VARIABLE)
     if not value:
         return None
     path = Path(value).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"the signing key {path} is a folder, not a key file", fix=KEY_FIX)
     if not path.is_file():
-        raise ConfigError(f"the signing key {path} does not exist",
-                          fix="pass the private key file (or, with ssh-agent, its .pub) to --sign-key or "
-                              f"{SIGN_KEY_VARIABLE}; make one with `ssh-keygen -t ed25519 -f release_key`")
+        raise ConfigError(f"the signing key {path} does not exist", fix=KEY_FIX)
     return path.resolve()
+
+
+def check_sign_key(key: Path) -> str:
+    """What signs with `key`, as the build will sign (no terminal): a private key without a
+    passphrase, or a public key whose private half ssh-agent holds; else a ConfigError. The dry
+    run and the build check it before any work, not at export."""
+    def run(*argv):
+        try:
+            result = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+        except FileNotFoundError:
+            raise ConfigError(f"{argv[0]} is not installed, so the provenance cannot be signed",
+                              fix="install OpenSSH's client (`apt-get install openssh-client`), or build without "
+                                  "--sign-key") from None
+        return result.returncode, (result.stdout + result.stderr).decode(errors="replace").strip()
+
+    if key.suffix == ".pub":
+        code, output = run("ssh-keygen", "-l", "-f", str(key))
+        if code != 0:
+            raise ConfigError(f"the signing key {key} is not an SSH public key ({output[-200:]})", fix=KEY_FIX)
+        public = key.read_text(errors="replace").split()[:2]
+        code, agent = run("ssh-add", "-L")
+        if code != 0 or not any(line.split()[:2] == public for line in agent.splitlines()):
+            raise ConfigError(f"no ssh-agent holds the private half of {key}",
+                              fix="start ssh-agent and `ssh-add` the private key, or pass the private key file")
+        return f"{key} (ssh-agent)"
+    code, output = run("ssh-keygen", "-y", "-P", "", "-f", str(key))
+    if code != 0:
+        if "passphrase" in output.lower():
+            raise ConfigError(f"the signing key {key} is protected by a passphrase, and the build signs without "
+                              "a terminal", fix="`ssh-add` it to ssh-agent and pass its .pub, or use a key without "
+                                               "a passphrase")
+        raise ConfigError(f"the signing key {key} is not an SSH private key ({output[-200:]})", fix=KEY_FIX)
+    return f"{key} ({' '.join(output.split()[:1])})"
 
 
 def sign(data: bytes, key: Path) -> bytes:

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from conftest import allowed, keypair
 
-from flashbuild import provenance
-from flashbuild.errors import ConfigError, ExportError
+from flashbuild import pipeline, provenance
+from flashbuild.errors import ConfigError, EnvironmentProblem, ExportError, FlashBuildError
 
 needs_keygen = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="needs OpenSSH's ssh-keygen")
 
@@ -91,6 +91,29 @@ def test_signing_with_a_broken_key_fails_with_a_fix(tmp_path):
     with pytest.raises(ExportError, match="signing the provenance with") as error:
         provenance.sign(b"{}", bad)
     assert error.value.fix
+
+
+@needs_keygen
+def test_a_key_that_cannot_sign_without_a_terminal_is_refused_before_any_work(repo, tmp_path, monkeypatch):
+    junk = tmp_path / "junk_key"
+    junk.write_text("not a key\n")
+    locked = tmp_path / "locked_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(locked)], check=True)
+    good = keypair(tmp_path)
+    with pytest.raises(ConfigError, match="is not an SSH private key") as error:
+        provenance.check_sign_key(junk)
+    assert error.value.fix
+    with pytest.raises(ConfigError, match="protected by a passphrase"):
+        provenance.check_sign_key(locked)
+    assert str(good) in provenance.check_sign_key(good)
+    with pytest.raises(ConfigError, match="is a folder, not a key file"):
+        provenance.sign_key_path(str(tmp_path), {})
+    # The dry run lists it among its problems (no compile, no export to reach first).
+    monkeypatch.setattr(pipeline, "docker_client", lambda: (_ for _ in ()).throw(
+        EnvironmentProblem("no Docker engine is reachable", fix="-")))
+    with pytest.raises(FlashBuildError) as raised:
+        pipeline.build(repo, "smoke", dry_run=True, offline=True, sign_key=locked)
+    assert "signing key" in raised.value.message and "protected by a passphrase" in raised.value.message
 
 
 def test_the_sign_key_comes_from_the_option_then_the_environment_and_must_exist(tmp_path):
