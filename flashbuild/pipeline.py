@@ -1,13 +1,16 @@
 """The pipeline, in the one direction data flows:
 matrix -> plan -> jobs -> objects -> library -> verified artifact.
 
-`build` runs it for every entry of a matrix, writing each tarball's provenance beside it;
+`build` runs it for every entry of a matrix, writing each tarball's provenance beside it, one
+build per clone at a time;
 `verify_artifact` checks an exported library against its manifest, as the build did before
 exporting it, and the consumer packages; given a tarball, it first checks what lies beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 import time
@@ -18,7 +21,7 @@ from . import checks, dist, export, host_toolchain, images, package_checks, pack
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
-from .errors import ConfigError, VerifyError
+from .errors import ConfigError, EnvironmentProblem, VerifyError
 from .library import REAL_NAME_GLOB, STEM, LibraryName
 from .manifest import entry_manifest, expectation, read_manifest, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
@@ -107,6 +110,34 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
         console.print(preflight.render(found), markup=False)
         preflight.raise_if_problems(found)
         return []
+    with one_build_per_clone(paths):
+        return _build(paths, config, plan, budget, toolkit, offline, local, use_sccache, backend, jobs, sign_key)
+
+
+@contextlib.contextmanager
+def one_build_per_clone(paths: Paths):
+    """An exclusive lock on the clone's build/ folder for a whole build (not a dry run): a second
+    `invoke build` in the same clone stops at once instead of compiling everything again beside
+    the first, each budgeting the whole machine's memory. The lock is the folder's own (no lock
+    file), released when the process ends however it ends."""
+    paths.build.mkdir(parents=True, exist_ok=True)
+    handle = os.open(paths.build, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EnvironmentProblem(
+                f"another `invoke build` is running in this clone ({paths.repo}): two builds would share "
+                "build/ and each plan its compiles for the whole machine's memory",
+                fix="wait for it to finish (or stop it), or build in another clone") from None
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool, local, use_sccache: bool,
+           backend: str, jobs: int | None, sign_key: Path | None) -> list[Path]:
+    """The build proper (pipeline.build's contract), under the clone's lock."""
     cache_settings = sccache.settings(paths.build) if use_sccache else None
     cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
     preflight.kernels_fresh(config.matrices.values(), paths.kernels)
