@@ -22,6 +22,9 @@ GIB = 1024**3
 RESERVE_GB = 2.0  # memory kept free for the rest of the machine, unless --reserve-gb says otherwise
 HOST = "host"  # the memory_estimates_gb key of every host TU
 STATS_FILE = "tu-stats.json"
+# A recorded TU beyond these is not a measurement (a TU takes 0.1-5 GiB and 1-600 s): ignored.
+MAX_PEAK_KB = 1 << 30  # 1 TiB
+MAX_WALL_S = 86_400.0
 _noted: set[Path] = set()  # malformed stats files already reported in this run
 
 
@@ -107,10 +110,10 @@ def _malformed(stats) -> str | None:
         if not isinstance(value, dict):
             return f"{key!r} is not an object"
         peak, wall = value.get("peak_rss_kb", 0), value.get("wall_s", 0)
-        if type(peak) is not int or peak < 0:  # not isinstance: a bool is an int
-            return f"{key!r}: peak_rss_kb {peak!r} is not a whole number of KiB"
-        if type(wall) not in (int, float) or wall < 0:
-            return f"{key!r}: wall_s {wall!r} is not a number of seconds"
+        if type(peak) is not int or not 0 <= peak <= MAX_PEAK_KB:  # not isinstance: a bool is an int
+            return f"{key!r}: peak_rss_kb {peak!r} is not a whole number of KiB up to {MAX_PEAK_KB}"
+        if type(wall) not in (int, float) or not 0 <= wall <= MAX_WALL_S:  # NaN fails the range too
+            return f"{key!r}: wall_s {wall!r} is not a number of seconds up to {MAX_WALL_S}"
     return None
 
 

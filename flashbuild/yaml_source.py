@@ -1,8 +1,10 @@
 """A YAML file read with the positions of its nodes, so that an error names where it is.
 
 Contract: `load(path)` returns a Document (the data and its node tree) or raises one
-ConfigError: the file is missing, is a folder, is unreadable, is not YAML (line and column),
-gives a key twice in one mapping, or is empty. `Document.where(path)` turns a path into the
+ConfigError: the file is missing, is a folder, is unreadable, is larger than MAX_BYTES, is not
+YAML (line and column), gives a key twice in one mapping, expands through aliases to more than
+MAX_NODES nodes (a "billion laughs" document would hang every later walk), holds a number that
+is not finite (.nan, .inf: no range check refuses them), or is empty. `Document.where(path)` turns a path into the
 data (keys and list indexes) into "line N: a.b[0].c"; a node shared through an anchor
 (`&name`, used as `*name`) is named where the anchor is defined, with every matrix that uses
 it, since an error in it is an error in all of them and the fix goes at the definition.
@@ -10,12 +12,16 @@ it, since an error in it is an error in all of them and the fix goes at the defi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from .errors import ConfigError
+
+MAX_BYTES = 1 << 20  # matrix.yaml is ~8 KB; a file this large is not a build matrix
+MAX_NODES = 100_000  # nodes after alias expansion (matrix.yaml: ~1,600)
 
 
 class _Loader(yaml.SafeLoader):
@@ -133,11 +139,52 @@ class Document:
         return f"{line}{json_path(shown)}", note
 
 
+def expanded_size(root) -> int:
+    """Nodes the tree holds with every alias expanded, counted without expanding them (a node
+    an alias shares is counted once per use); raises ConfigError past MAX_NODES or for a node
+    that contains itself."""
+    sizes: dict[int, int] = {}
+
+    def size(node, open_nodes):
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(f"line {node.start_mark.line + 1}: a node contains itself through an alias",
+                              fix="remove the recursive alias")
+        total = 1 + sum(size(child, open_nodes | {id(node)}) for child, _ in _children(node))
+        if isinstance(node, yaml.MappingNode):
+            total += len(node.value)  # the keys
+        if total > MAX_NODES:
+            raise ConfigError(f"line {node.start_mark.line + 1}: the document expands through its aliases to more "
+                              f"than {MAX_NODES:,} nodes", fix="use fewer or smaller aliases (a build matrix needs "
+                                                              "a few thousand nodes)")
+        sizes[id(node)] = total
+        return total
+
+    return size(root, frozenset()) if root is not None else 0
+
+
+def _non_finite(data, parts=()):
+    """The path to the first float that is NaN or infinite, or None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return parts
+    children = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in children:
+        found = _non_finite(value, (*parts, key))
+        if found is not None:
+            return found
+    return None
+
+
 def load(path: Path) -> Document:
     if path.is_dir():
         raise ConfigError(f"{path} is a folder, not a file",
                           fix=f"move the folder away and restore the file (`git checkout {path.name}`)")
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigError(f"{path} is {size:,} bytes, more than a build matrix's limit of {MAX_BYTES:,}",
+                              fix=f"restore it (`git checkout {path.name}`)")
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist",
@@ -148,6 +195,7 @@ def load(path: Path) -> Document:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
+        expanded_size(root)  # before anything walks the expanded data
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -156,4 +204,16 @@ def load(path: Path) -> Document:
         raise ConfigError(f"{path.name}: {where}invalid YAML ({problem})", fix="correct the YAML syntax") from None
     finally:
         loader.dispose()
-    return Document(data, root, loader.anchored)
+    document = Document(data, root, loader.anchored)
+    bad = _non_finite(data)
+    if bad is not None:
+        where, note = document.where(bad)
+        raise ConfigError(f"{path.name}: {where}{note} is {_value_at(data, bad)!r}, not a finite number",
+                          fix="give a plain number")
+    return document
+
+
+def _value_at(data, parts):
+    for part in parts:
+        data = data[part]
+    return data

@@ -18,6 +18,11 @@ MALFORMED = {
     "a peak that is a string": '{"k@sm_90a": {"peak_rss_kb": "big", "wall_s": 1.0}}',
     "a peak that is a float": '{"k@sm_90a": {"peak_rss_kb": 1.5, "wall_s": 1.0}}',
     "a wall time that is a string": '{"k@sm_90a": {"peak_rss_kb": 100, "wall_s": "slow"}}',
+    # Not measurements (issue 31, finding 5): a budget of 1e30 was printed and planned with.
+    "an absurd peak": '{"k@sm_90a": {"peak_rss_kb": 1000000000000000000000000000000, "wall_s": 1.0}}',
+    "a wall time that is NaN": '{"k@sm_90a": {"peak_rss_kb": 100, "wall_s": NaN}}',
+    "an infinite wall time": '{"k@sm_90a": {"peak_rss_kb": 100, "wall_s": Infinity}}',
+    "a wall time of years": '{"k@sm_90a": {"peak_rss_kb": 100, "wall_s": 1e30}}',
 }
 
 

@@ -172,3 +172,48 @@ def test_an_error_outside_any_anchor_names_its_own_line(repo, tmp_path):
         load_config(write(tmp_path, text))
     assert raised.value.message == (f"matrix.yaml: line {line_of(text, '        image: ubuntu')}: "
                                     "matrices.smoke.entries[0].image: unknown image 'ubuntu'")
+
+
+LAUGHS = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+                   + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]" for i in range(8)]) + "\n"
+
+
+def load_in_a_bounded_process(path):
+    """load_config(path) in a child of at most 1 GiB and 60 s: (exit code, stderr). The loader
+    that expanded aliases hung at 2 GB and growing (issue 31, finding 4)."""
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "from flashbuild.errors import ConfigError\n"
+            "from flashbuild.options import load_config\n"
+            "try:\n"
+            f"    load_config(__import__('pathlib').Path({str(path)!r}))\n"
+            "except ConfigError as error:\n"
+            "    sys.exit(f'{error.message} | {error.fix}')\n")
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None, "timed out"
+    return result.returncode, result.stderr
+
+
+def test_a_billion_laughs_matrix_is_refused_at_once_by_its_size_after_aliases(tmp_path):
+    path = write(tmp_path, LAUGHS)
+    assert path.stat().st_size < 500
+    code, stderr = load_in_a_bounded_process(path)
+    assert code == 1 and "expands through its aliases to more than 100,000 nodes" in stderr, stderr
+
+
+def test_a_matrix_file_of_megabytes_is_refused_before_parsing(tmp_path):
+    path = write(tmp_path, "- 1\n" * 8_000_000)  # 32 MB
+    code, stderr = load_in_a_bounded_process(path)
+    assert code == 1 and "more than a build matrix's limit of 1,048,576" in stderr, stderr
+
+
+def test_a_number_that_is_not_finite_is_refused_with_its_place(repo, tmp_path):
+    text = (repo / "matrix.yaml").read_text().replace("fa2_fwd: 5.0", "fa2_fwd: .nan", 1)
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text))
+    assert "memory_estimates_gb.fa2_fwd" in raised.value.message and "nan, not a finite number" in raised.value.message
+    text = (repo / "matrix.yaml").read_text().replace("host: 1.5", "host: .inf", 1)
+    with pytest.raises(ConfigError, match=r"memory_estimates_gb.host.*inf, not a finite number"):
+        load_config(write(tmp_path, text))
