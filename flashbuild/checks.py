@@ -62,9 +62,13 @@ class Check:
 class Report:
     subject: str
     checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # shown after the checks (what was not checked, why)
 
     def add(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks.append(Check(name, ok, detail))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +80,7 @@ class Report:
             lines.append(f"  [{'PASS' if c.ok else 'FAIL'}] {c.name}")
             if c.detail and not c.ok:
                 lines += [f"         {line}" for line in c.detail.splitlines()[:25]]
+        lines += [f"  note: {text}" for text in self.notes]
         failed = sum(not c.ok for c in self.checks)
         lines.append(f"  {len(self.checks) - failed} passed, {failed} failed")
         return "\n".join(lines)

@@ -32,6 +32,7 @@ from .errors import ExportError
 from .hashing import sha256_of
 from .interrupts import deferred
 from .library import PRODUCT, LibraryName
+from .manifest import schema_problem
 from .packages import write_packages
 from .processes import left_by_dead_process
 
@@ -198,12 +199,11 @@ def up_to_date(artifacts_root: Path, version: str, entry: str, artifact_key: str
         recorded = digest_file.read_text().split()[0]
     except (OSError, ValueError, IndexError):
         return None
-    if manifest.get("artifact_key") != artifact_key or not tarball.is_file() or sha256_of(tarball) != recorded:
+    if schema_problem(manifest) is not None:  # not what an export writes: export again
         return None
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
+    if manifest["artifact_key"] != artifact_key or not tarball.is_file() or sha256_of(tarball) != recorded:
         return None
-    for name, digest in files.items():
+    for name, digest in manifest["files"].items():
         path = folder / name
         if not path.is_file() or sha256_of(path) != digest:
             return None

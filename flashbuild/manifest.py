@@ -5,7 +5,8 @@ API and SONAME, the archs) beside the record of how the artifact was made (sourc
 toolchain, flags; not per-TU costs, which differ between two builds of the same inputs); `expectation` reads the promise back. Build-time
 verification and `invoke verify PATH` both check a library against `expectation(manifest)`,
 so they check the same things. `read_manifest` reads an exported manifest.json and
-refuses, as one VerifyError, a file that is not JSON or lacks part of the promise.
+refuses, as one VerifyError, a file that is not JSON or breaks manifest.schema.json;
+`schema_problem` is the same check for a build deciding whether an export is up to date.
 """
 
 from __future__ import annotations
@@ -19,26 +20,20 @@ from .checks import Expectation, Report, exported_api
 from .errors import VerifyError
 from .library import EXPORTS_MAP
 
-# The part of manifest.json that verifying reads (`expectation`, the toolchain); the rest is a record.
-PROMISE_SCHEMA = {
-    "type": "object",
-    "required": ["translation_units", "api", "archs"],
-    "properties": {
-        "translation_units": {"type": "array", "items": {
-            "type": "object",
-            "required": ["name", "kind"],
-            "properties": {"name": {"type": "string"}, "kind": {"enum": ["kernel", "host"]},
-                           "symbol": {"type": "string"}},
-            "if": {"properties": {"kind": {"const": "kernel"}}},
-            "then": {"required": ["symbol"]},
-        }},
-        "api": {"type": "object", "required": ["soname", "exports"],
-                "properties": {"soname": {"type": "string"},
-                               "exports": {"type": "array", "items": {"type": "string"}}}},
-        "archs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-        "toolchain": {"type": "object"},
-    },
-}
+# What an exported manifest.json must hold (manifest.schema.json): the promise that verifying
+# reads (`expectation`), the files with their digests (paths inside the artifact only), and the
+# record of how it was made.
+SCHEMA = json.loads((Path(__file__).with_name("manifest.schema.json")).read_text())
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def schema_problem(manifest) -> str | None:
+    """Where and how `manifest` (parsed JSON) breaks the schema, or None."""
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(manifest))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return f"{where or '(top level)'}: {error.message}"
 
 
 def _tu_rows(build) -> list[dict]:
@@ -72,7 +67,7 @@ def with_report(manifest: dict, report: Report) -> dict:
 
 
 def read_manifest(path: Path) -> dict:
-    """An exported manifest.json, checked to hold everything `expectation` reads."""
+    """An exported manifest.json, checked against manifest.schema.json."""
     fix = ("restore it from the entry's tarball beside the folder, or rebuild the entry with "
            "`invoke build --matrix <matrix>`")
     try:
@@ -81,10 +76,9 @@ def read_manifest(path: Path) -> dict:
         raise VerifyError(f"cannot read {path}: {exc.strerror}", fix=fix) from None
     except ValueError as exc:  # not JSON, or not UTF-8
         raise VerifyError(f"{path} is not valid JSON ({exc})", fix=fix) from None
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(PROMISE_SCHEMA).iter_errors(manifest))
-    if error is not None:
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-        raise VerifyError(f"{path}: {where or '(top level)'}: {error.message}", fix=fix)
+    problem = schema_problem(manifest)
+    if problem is not None:
+        raise VerifyError(f"{path}: {problem}", fix=fix)
     return manifest
 
 

@@ -1,4 +1,6 @@
-"""Check an artifact's consumer packages (packages.py) with CMake and pkg-config themselves.
+"""Check an artifact's consumer packages (packages.py): as data first (the files must be exactly
+what packages.py writes for the library: nothing else is ever run), then with CMake and
+pkg-config themselves.
 
 - CMake: a scratch project (no languages, so no compiler is needed) runs
   find_package(flash_attn_standalone <version> EXACT REQUIRED CONFIG) with the artifact as its
@@ -111,13 +113,25 @@ def check_pkgconfig(folder: Path, name: LibraryName) -> tuple[bool, str]:
 
 
 def verify_packages(folder: Path, name: LibraryName, report: Report) -> None:
-    """Add the package checks of the artifact at folder (absolute) to report."""
+    """Add the package checks of the artifact at folder (absolute) to report: first as data (each
+    file exactly what packages.py writes for this library), then, only if they are, resolved by
+    cmake and pkg-config. A CMake config is code that cmake runs with the caller's rights: one that
+    differs from ours (an added execute_process, say) is refused, never run."""
+    from .packages import package_texts
+
     require_tools()
     missing = [str(p) for p in PACKAGE_FILES if not (folder / p).is_file()]
     report.add(f"packages: {CMAKE_DIR}/ and {PKGCONFIG} are present", not missing,
                "missing: " + ", ".join(missing) + "\n(artifacts exported before the consumer packages lack them: "
                "rebuild with `invoke build`)")
     if missing:
+        return
+    expected = package_texts(name)
+    differ = [str(p) for p in PACKAGE_FILES
+              if (folder / p).is_symlink() or (folder / p).read_bytes() != expected[p].encode()]
+    report.add(f"packages: the files are exactly those this pipeline writes for {name.real}", not differ,
+               "differ: " + ", ".join(differ) + "\n(not run with cmake or pkg-config: their text is not ours)")
+    if differ:
         return
     with tempfile.TemporaryDirectory(prefix="flashbuild-packages-") as scratch:
         ok, detail = check_cmake(folder, name, Path(scratch))

@@ -236,13 +236,18 @@ def verify_artifact(repo: Path, target: Path, allowed_signers: Path | None = Non
     if allowed_signers is not None and not allowed_signers.is_file():
         raise ConfigError(f"the allowed-signers file {allowed_signers} does not exist",
                           fix="one line per signer: `<identity> <public key>` (see the README's release section)")
-    if release_checks.is_tarball(target):
+    if release_checks.is_tarball(target):  # in stages, each only after every earlier check passed
         report = checks.Report(str(target))
         digest = release_checks.check_digest(target, report)
         release_checks.check_provenance(target, digest, allowed_signers, report)
-        with tempfile.TemporaryDirectory(prefix="flashbuild-verify-") as scratch:
-            folder = release_checks.unpack(target, Path(scratch))
-            _verify_folder(paths, folder, folder, report)
+        if report.ok and release_checks.check_stream(target, report):
+            with tempfile.TemporaryDirectory(prefix="flashbuild-verify-") as scratch:
+                folder = release_checks.unpack(target, Path(scratch), report)
+                if folder is not None:
+                    _verify_folder(paths, folder, folder, report)
+        if not report.ok and not any(c.name.startswith("SHA256SUMS") for c in report.checks):
+            report.note("the tarball's contents were not checked (nor unpacked, where a check before that "
+                        "failed): verify stops at the first stage that fails")
         return report
     if allowed_signers is not None:
         raise ConfigError("--allowed-signers checks a tarball's signature; this is not a tarball",
@@ -258,9 +263,19 @@ def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Repo
     against SHA256SUMS, and the consumer packages."""
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
+        if folder == target:  # an unpacked tarball: a failed check of it, not a mistaken argument
+            report.add("manifest.json is present", False, "the tarball holds no manifest.json: not an artifact")
+            return
         raise ConfigError(f"no manifest.json in {folder}",
                           fix=f"pass artifacts/<version>/<entry>/ or its lib/{STEM}.so.X.Y.Z")
-    manifest = read_manifest(manifest_path)
+    try:
+        manifest = read_manifest(manifest_path)
+    except VerifyError as error:
+        if folder != target:
+            raise
+        report.add("manifest.json holds what an export writes", False,
+                   error.message.replace(str(folder), folder.name))  # the tarball's path, not a scratch folder's
+        return
     package_checks.require_tools()  # before the library's checks, which may start a container
     if target.is_dir():
         candidates = sorted((folder / "lib").glob(REAL_NAME_GLOB))

@@ -1,26 +1,37 @@
 """Checks of a released tarball as a consumer receives it, before and after unpacking.
 
-Beside the tarball: its .sha256 must name it and match its bytes; its provenance statement
-(provenance.py) must name it with that digest; a signature, where present, must verify (against
-an allowed-signers file when one is given; one given for an unsigned tarball fails). Inside:
-it unpacks, refusing paths that leave the folder, into one folder named as the tarball, and
-every file there must match SHA256SUMS, with no file left out of it. pipeline.verify_artifact
-then runs the artifact's own checks on the unpacked folder.
+In stages, each run only when every check before it passed (pipeline.verify_artifact), so that
+nothing of a tarball that failed a check is unpacked or read:
+1. Beside the tarball: its .sha256 must name it and match its bytes; its provenance statement
+   (provenance.py) must name it with that digest; a signature, where present, must verify
+   (against an allowed-signers file when one is given; one given for an unsigned tarball fails).
+2. The gzip stream is read whole, its CRC and length checked, writing nothing, and refused past
+   MAX_UNPACKED_BYTES of tar data; then the tar's members are read (at most MAX_MEMBERS files,
+   folders and symbolic links, every path and link inside one folder named as the tarball) and
+   extracted.
+3. Every file there must match SHA256SUMS, with no file left out of it; pipeline.verify_artifact
+   runs the artifact's own checks on the unpacked folder (none executes anything from it).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import tarfile
+import zlib
 from pathlib import Path
 
 from . import provenance
 from .checks import Report
-from .errors import SourceError, VerifyError
+from .errors import SourceError
 from .hashing import sha256_of
 
 TARBALL_SUFFIX = ".tar.gz"
 SUMS = "SHA256SUMS"
+# An artifact holds ~20 files and 15-70 MB; a tarball beyond these is refused before extraction.
+MAX_UNPACKED_BYTES = 1 << 30
+MAX_MEMBERS = 10_000
 
 
 def is_tarball(path: Path) -> bool:
@@ -70,21 +81,54 @@ def check_provenance(tarball: Path, digest: str, allowed_signers: Path | None, r
                    f"{signature} is missing: the tarball was not signed, or its signature was not copied")
 
 
-def unpack(tarball: Path, destination: Path) -> Path:
-    """Extract safely into destination; the one folder inside, named as the tarball."""
-    from .sources import safe_extract
+def check_stream(tarball: Path, report: Report) -> bool:
+    """The gzip stream is whole (CRC and length of every member checked: tarfile alone stops at the
+    tar's end marker, before the trailer) and holds at most MAX_UNPACKED_BYTES; nothing written."""
+    total = 0
+    try:
+        with gzip.open(tarball, "rb") as stream:
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_UNPACKED_BYTES:
+                    report.add(f"the tarball unpacks to at most {MAX_UNPACKED_BYTES >> 20} MiB", False,
+                               f"it holds more than {MAX_UNPACKED_BYTES:,} bytes of tar data: not an artifact")
+                    return False
+    except (OSError, EOFError, zlib.error) as exc:
+        report.add("the tarball is an intact gzip stream (CRC checked)", False, f"{exc.__class__.__name__}: {exc}")
+        return False
+    report.add(f"the tarball is an intact gzip stream (CRC checked), {total:,} bytes of tar data", True)
+    return True
 
+
+def unpack(tarball: Path, destination: Path, report: Report) -> Path | None:
+    """Extract safely into destination: the one folder inside, named as the tarball; None with a
+    failed check in report when the members are not an artifact's (check_stream first)."""
+    from .archive import safe_extract
+
+    top = tarball.name.removesuffix(TARBALL_SUFFIX)
+    try:
+        with tarfile.open(tarball, "r:gz") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        report.add("the tarball is a tar archive", False, f"{exc.__class__.__name__}: {exc}")
+        return None
+    wrong = [m.name for m in members if not (m.isfile() or m.isdir() or m.issym())][:5]
+    if len(members) > MAX_MEMBERS or wrong:
+        report.add(f"the tarball holds at most {MAX_MEMBERS:,} files, folders and symbolic links", False,
+                   f"{len(members):,} members" + (f"; hard links or devices: {', '.join(wrong)}" if wrong else ""))
+        return None
+    outside = [m.name for m in members if m.name != top and not m.name.startswith(f"{top}/")][:5]
+    if outside:
+        report.add(f"everything in the tarball lies in {top}/", False, "elsewhere: " + ", ".join(outside))
+        return None
     target = destination / "unpacked"
     try:
         safe_extract(tarball, target)
     except SourceError as error:
-        raise VerifyError(error.message, fix="this tarball is damaged or not an artifact: fetch it again") from None
-    top = tarball.name.removesuffix(TARBALL_SUFFIX)
-    entries = sorted(p.name for p in target.iterdir())
-    if entries != [top] or not (target / top).is_dir():
-        raise VerifyError(f"{tarball.name} holds {entries}, not the one folder {top}/",
-                          fix="this is not an exported artifact tarball")
-    return target / top
+        report.add("the tarball unpacks", False, error.message)
+        return None
+    report.add(f"the tarball unpacks into the one folder {top}/", (target / top).is_dir())
+    return target / top if (target / top).is_dir() else None
 
 
 def check_sums(folder: Path, report: Report) -> None:

@@ -100,3 +100,22 @@ def allowed(tmp_path, key, identity="release@example.org"):
     signers = tmp_path / f"allowed_signers-{key.name}"
     signers.write_text(f"{identity} {(key.parent / (key.name + '.pub')).read_text()}")
     return signers
+
+
+def record_manifest(artifact_key: str = "a" * 64) -> dict:
+    """What a build hands export (which adds version, entry, files and dates), complete for
+    flashbuild/manifest.schema.json."""
+    return {"matrix": "smoke", "archs": ["sm_90a"],
+            "api": {"soname": "libflash_attn_standalone.so.0", "exports": ["fas_fwd"]},
+            "translation_units": [{"name": "k", "kind": "kernel", "symbol": "run_k", "source": "kernels/k.cu"},
+                                  {"name": "h", "kind": "host", "source": "src/api/h.cpp"}],
+            "capabilities": [{"family": "fa2_fwd", "dtype": "fp16", "head_dim": 64, "causal": False}],
+            "sources": [], "toolchain": {"dockerfile": "docker/x.Dockerfile"}, "flags": ["-O3"],
+            "artifact_key": artifact_key}
+
+
+def exported_manifest(**changes) -> dict:
+    """An exported manifest.json's contents (record_manifest plus what export adds)."""
+    return {**record_manifest(), "manifest_schema": 1, "product": "flash_attn_standalone", "version": "0.1.0",
+            "entry": "e1", "files": {"lib/libflash_attn_standalone.so.0.1.0": "b" * 64},
+            "created_utc": "2023-11-14T22:13:20+00:00", "created_from": "SOURCE_DATE_EPOCH", **changes}

@@ -154,7 +154,10 @@ def test_written_manifest_reads_back_for_verify(tree, fake_build):
     manifest = entry_manifest("minimal", compiler.link(compile_all(compiler)), fake_build.sources,
                               {"dockerfile": "docker/x.Dockerfile"}, tree)
     path = tree / "manifest.json"
-    path.write_text(json.dumps(with_report(manifest, Report("lib"))))
+    exported = {**with_report(manifest, Report("lib")), "artifact_key": "a" * 64, "manifest_schema": 1,
+                "product": "flash_attn_standalone", "version": "0.4.0", "entry": "minimal-cuda12.4-sm90a",
+                "files": {"lib/libflash_attn_standalone.so.0.4.0": "b" * 64}, "created_utc": "2026-11-26T00:00:00+00:00"}
+    path.write_text(json.dumps(exported))  # what export adds to the build's manifest
     assert expectation(read_manifest(path)) == expectation(manifest)
 
 

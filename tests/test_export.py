@@ -13,6 +13,8 @@ from flashbuild.build_time import BuildTime, build_time
 from flashbuild.errors import ConfigError, ExportError
 from flashbuild.packages import PACKAGE_FILES
 
+from conftest import record_manifest
+
 WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
 
 
@@ -120,19 +122,31 @@ def test_build_time_prefers_source_date_epoch_then_the_commit(tmp_path, repo):
         build_time(tmp_path, {"SOURCE_DATE_EPOCH": "yesterday"})
 
 
+K1, K2 = "1" * 64, "2" * 64
+
+
 def test_an_export_with_the_same_inputs_is_up_to_date_until_anything_in_it_changes(tmp_path, inputs):
     artifacts = tmp_path / "artifacts"
-    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "k1"}, WHEN)
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") == folder
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "k2") is None, "other inputs"
-    assert export.up_to_date(artifacts, "0.1.0", "e2", "k1") is None, "never exported"
+    folder, tarball = export.export_artifact(artifacts, "e1", *inputs, record_manifest(K1), WHEN)
+    assert export.up_to_date(artifacts, "0.1.0", "e1", K1) == folder
+    assert export.up_to_date(artifacts, "0.1.0", "e1", K2) is None, "other inputs"
+    assert export.up_to_date(artifacts, "0.1.0", "e2", K1) is None, "never exported"
     library = folder / "lib" / "libflash_attn_standalone.so.0.1.0"
     original = library.read_bytes()
     library.write_bytes(b"edited")
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") is None, "a file of the folder changed"
+    assert export.up_to_date(artifacts, "0.1.0", "e1", K1) is None, "a file of the folder changed"
     library.write_bytes(original)
     tarball.write_bytes(b"truncated")
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "k1") is None, "the tarball no longer matches its .sha256"
+    assert export.up_to_date(artifacts, "0.1.0", "e1", K1) is None, "the tarball no longer matches its .sha256"
+
+
+@pytest.mark.parametrize("text", ["[]", "null", "5", '{"artifact_key": 7}', "{}"])
+def test_a_manifest_that_is_not_what_export_writes_means_export_again_not_a_crash(tmp_path, inputs, text):
+    """Issue 31, finding 6: `[]`, `null` or `5` made every later build of the entry a traceback."""
+    artifacts = tmp_path / "artifacts"
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, record_manifest(K1), WHEN)
+    (folder / "manifest.json").write_text(text)
+    assert export.up_to_date(artifacts, "0.1.0", "e1", K1) is None
 
 
 class _Killed(BaseException):
@@ -146,7 +160,7 @@ def test_a_kill_between_the_final_renames_leaves_no_artifact_that_counts_as_comp
     before any of them, the old artifact must no longer count as complete (its marker is gone) unless
     the kill came before the publish began; never does a .sha256 sit beside files it does not match."""
     artifacts = tmp_path / "artifacts"
-    export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "old"}, WHEN)
+    export.export_artifact(artifacts, "e1", *inputs, record_manifest("0" * 64), WHEN)
     real_replace, calls = os.replace, []
 
     def replace(source, target):
@@ -157,15 +171,15 @@ def test_a_kill_between_the_final_renames_leaves_no_artifact_that_counts_as_comp
 
     monkeypatch.setattr(export.os, "replace", replace)
     with pytest.raises(_Killed):
-        export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "new"}, WHEN)
+        export.export_artifact(artifacts, "e1", *inputs, record_manifest("f" * 64), WHEN)
     monkeypatch.setattr(export.os, "replace", real_replace)
     version_dir = artifacts / "0.1.0"
     digest = version_dir / "flash_attn_standalone-0.1.0-e1.tar.gz.sha256"
     assert not digest.exists(), "the marker of a complete export is written last and removed first"
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "old") is None
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "new") is None
-    folder, _ = export.export_artifact(artifacts, "e1", *inputs, {"artifact_key": "new"}, WHEN)
-    assert export.up_to_date(artifacts, "0.1.0", "e1", "new") == folder, "the next build completes it"
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "0" * 64) is None
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "f" * 64) is None
+    folder, _ = export.export_artifact(artifacts, "e1", *inputs, record_manifest("f" * 64), WHEN)
+    assert export.up_to_date(artifacts, "0.1.0", "e1", "f" * 64) == folder, "the next build completes it"
 
 
 def test_leftovers_of_a_dead_export_are_cleaned_and_a_live_ones_kept(tmp_path):
