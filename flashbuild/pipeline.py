@@ -244,7 +244,7 @@ def verify_artifact(repo: Path, target: Path, allowed_signers: Path | None = Non
             with tempfile.TemporaryDirectory(prefix="flashbuild-verify-") as scratch:
                 folder = release_checks.unpack(target, Path(scratch), report)
                 if folder is not None:
-                    _verify_folder(paths, folder, folder, report)
+                    _verify_folder(paths, folder, folder, report, unpacked=True)
         if not report.ok and not any(c.name.startswith("SHA256SUMS") for c in report.checks):
             report.note("the tarball's contents were not checked (nor unpacked, where a check before that "
                         "failed): verify stops at the first stage that fails")
@@ -258,12 +258,12 @@ def verify_artifact(repo: Path, target: Path, allowed_signers: Path | None = Non
     return report
 
 
-def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Report) -> None:
+def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Report, unpacked: bool = False) -> None:
     """The library (target, or the one in folder/lib) against folder's manifest.json, every file
     against SHA256SUMS, and the consumer packages."""
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
-        if folder == target:  # an unpacked tarball: a failed check of it, not a mistaken argument
+        if unpacked:  # a tarball's contents: a failed check of it, not a mistaken argument
             report.add("manifest.json is present", False, "the tarball holds no manifest.json: not an artifact")
             return
         raise ConfigError(f"no manifest.json in {folder}",
@@ -271,7 +271,7 @@ def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Repo
     try:
         manifest = read_manifest(manifest_path)
     except VerifyError as error:
-        if folder != target:
+        if not unpacked:
             raise
         report.add("manifest.json holds what an export writes", False,
                    error.message.replace(str(folder), folder.name))  # the tarball's path, not a scratch folder's
