@@ -233,7 +233,7 @@ def test_a_kill_is_read_from_the_exit_code_nvcc_gcc_or_gnu_time():
     assert not killed_for_memory(2, "signal 90 handlers", "")
 
 
-def test_an_interrupt_removes_the_container_and_every_partial_object_at_once(tree, fake_build):
+def test_an_interrupt_removes_the_container_and_every_partial_object_at_once(tree, fake_build, interruptible):
     release = threading.Event()
     container = KillingContainer(block=release)
     compiler = EntryCompiler(tree, tree / "build", "smoke", compiler_for(tree, fake_build).plan, fake_build.image,

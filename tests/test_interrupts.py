@@ -47,3 +47,17 @@ def test_a_signal_ignored_before_the_task_stays_ignored_as_under_nohup():
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_the_tests_that_interrupt_themselves_pass_where_sigint_starts_ignored(repo):
+    """A background job of a script starts with SIGINT ignored, and Python keeps it so: the tests
+    that send themselves SIGINT set its handler (issue 31, finding 10: they failed there)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_schedule.py",
+         "tests/test_compiler.py", "-k", "interrupt_leaves or interrupt_removes"],
+        cwd=repo, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-2000:]

@@ -135,7 +135,7 @@ def test_a_job_killed_for_memory_runs_again_alone_and_the_run_completes():
     assert recorder.order.count("big") == 2
 
 
-def test_an_interrupt_leaves_run_jobs_at_once_without_waiting_for_running_jobs():
+def test_an_interrupt_leaves_run_jobs_at_once_without_waiting_for_running_jobs(interruptible):
     release = threading.Event()
 
     def blocked(job):
