@@ -30,39 +30,6 @@ struct PagedCase {
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Whether this build lists a kernel of `family` (fas_kernel_info.family) for the case.
-bool has_kernel(const char* family, fas_dtype dtype, int head_dim, bool causal) {
-    for (int index = 0; index < fas_num_kernels(); ++index) {
-        fas_kernel_info info;
-        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, family) == 0 &&
-            info.dtype == dtype && info.head_dim == head_dim && (info.causal != 0) == causal) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// Whether the library plans the decode kernel's stream shape on this card (paged.h: the card's
-// DRAM moves at least 15 bytes per SM per SM clock, as the H200 does and the H100 does not).
-bool stream_card() {
-    int device = 0, sms = 0, sm_khz = 0, mem_khz = 0, bus_bits = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-    return 2.0 * mem_khz * (bus_bits / 8.0) / (static_cast<double>(sms) * sm_khz) >= 15.0;
-}
-
-// Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
-std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
-    std::vector<int32_t> ids(num_pages);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    ids.resize(total);
-    return ids;
-}
-
 // The cache image [num_pages, page_size, heads_kv, head_dim] holding rows [total_k, heads_kv,
 // head_dim] where the page table says; everything else NaN (16-bit or e4m3 bits).
 template <typename Bits>
