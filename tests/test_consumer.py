@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from flashbuild.checks import Report
 from flashbuild.container import ToolchainContainer, docker_client
 from flashbuild.images import ensure_consumer_image
 from flashbuild.options import load_config
@@ -32,7 +33,9 @@ def smoke_tarball(repo):
 
 def test_the_consumer_example_builds_both_ways_against_the_unpacked_smoke_tarball_and_runs(repo, smoke_tarball,
                                                                                             tmp_path):
-    artifact = unpack(smoke_tarball, tmp_path / "elsewhere")  # outside the clone, mounted at its own path
+    report = Report(smoke_tarball.name)
+    artifact = unpack(smoke_tarball, tmp_path / "elsewhere", report)  # outside the clone, mounted at its own path
+    assert artifact is not None, report.render()
     client = docker_client()
     toolchain = ensure_toolchain(client, load_config(repo / "matrix.yaml").matrix("smoke").entries[0].image,
                                  Paths(repo))
