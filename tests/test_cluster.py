@@ -72,6 +72,7 @@ def kernel_objects(repo):
     return sorted((repo / "build" / "objects").glob("fa2_fwd_hdim64_fp16_sm90-*.o"))
 
 
+@pytest.mark.container  # two cold smoke builds in the toolchain container through the servers
 @needs_root_and_bwrap
 def test_smoke_builds_through_two_local_servers_byte_for_byte_and_no_step_falls_back_to_this_machine(repo,
                                                                                                     tmp_path):
