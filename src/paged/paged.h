@@ -180,7 +180,6 @@ struct Plan {
     int total_pages = 0;
     int kv_splits = 1;
     int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
-    int kv_element_bytes = 2;
     int group = 1;
 
     Plan() = default;

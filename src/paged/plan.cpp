@@ -189,8 +189,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     DecodeShape shape = kShort;
     try {
         if (stream) {
-            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, 16, kStream, fp8_kv), wave(1),
-                           &s);
+            build_schedule(layout, request, kernel->tile_q,
+                           kv_tile_rows(layout.head_dim, kernel->tile_q, kStream, fp8_kv), wave(1), &s);
             shape = kStream;
         } else if (long_ctas > 0) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, kLong, fp8_kv),
@@ -295,7 +295,6 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
     plan->ctas_per_sm = shape == kStream ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
-    plan->kv_element_bytes = fp8_kv ? 1 : 2;
     plan->group = layout.num_heads_q / layout.num_heads_k;
     *out = std::move(plan);
     return FAS_SUCCESS;
