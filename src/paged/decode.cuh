@@ -248,9 +248,10 @@ constexpr auto decode_launch() {
     using T = typename Element<Dtype>::type;
     using KV = typename Element<KvDtype>::type;
     constexpr int kBytes = static_cast<int>(sizeof(KV));
-    if constexpr (S == kStream) {
-        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal>;
-        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes>, true>{kernel};
+    if constexpr (is_stream(S)) {
+        constexpr bool kWide = S == kWideStream;
+        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide>;
+        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide>, true>{kernel};
     } else {
         constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong>;
         return DecodeLaunch<decltype(kernel), decode::Shape<HeadDim, S == kLong, kBytes>, false>{kernel};
@@ -268,6 +269,12 @@ cudaError_t occupancy_decode(DecodeShape shape, int* ctas_per_sm) {
             if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
                 return decode_launch<Dtype, KvDtype, HeadDim, Causal, kLong>().occupancy(ctas_per_sm);
             }
+            break;
+        case kWideStream:
+            if constexpr (has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)) {
+                return decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream>().occupancy(ctas_per_sm);
+            }
+            break;
     }
     *ctas_per_sm = 0;
     return cudaSuccess;
@@ -276,11 +283,15 @@ cudaError_t occupancy_decode(DecodeShape shape, int* ctas_per_sm) {
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
-    cudaError_t error = cudaErrorInvalidValue;  // a long-shape plan for a head dim without one
+    cudaError_t error = cudaErrorInvalidValue;  // a plan of a shape this kernel lacks
     if (a.shape == kShort) {
         error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kShort>().launch(a, stream);
     } else if (a.shape == kStream) {
         error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kStream>().launch(a, stream);
+    } else if (a.shape == kWideStream) {
+        if constexpr (has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)) {
+            error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream>().launch(a, stream);
+        }
     } else if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
         error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kLong>().launch(a, stream);
     }

@@ -45,14 +45,15 @@ struct Shape {
     static_assert(kWarps * 16 * (HeadDim + 2) * 4 <= kStages * kStageBytes, "epilogue scratch must fit");
 };
 
-// The stream shape (decode_tma.cuh): 4 consumer warps and a producer warp, one persistent CTA per
-// SM, a ring of as many stages as fit 200 KiB (so that a stage in flight per ~2 us of HBM time
-// leaves several in flight), the last stage of an item doubling as the scratch of its end.
-template <int HeadDim, int KvBytes>
+// The stream shape (decode_tma.cuh): consumer warps (paged.h: stream_consumer_warps) and a
+// producer warp, one persistent CTA per SM, a ring of as many stages as fit 200 KiB (so that a
+// stage in flight per ~2 us of HBM time leaves several in flight), the last stage of an item
+// doubling as the scratch of its end.
+template <int HeadDim, int KvBytes, bool Wide>
 struct StreamShape {
-    static constexpr int kConsumerWarps = 4;
+    static constexpr int kConsumerWarps = stream_consumer_warps(Wide);
     static constexpr int kThreads = 32 * (kConsumerWarps + 1);
-    static constexpr int kKeys = stream_keys(HeadDim, KvBytes == 1);
+    static constexpr int kKeys = stream_keys(HeadDim, KvBytes == 1, Wide);
     static constexpr int kWarpKeys = kKeys / kConsumerWarps;
     static constexpr int kBlocks = kWarpKeys / 16;
     static constexpr int kRowBytes = HeadDim * KvBytes;               // of one KV head's cache row
@@ -66,6 +67,7 @@ struct StreamShape {
     static constexpr int kSmemBytes = kRingBytes + 2 * kQBytes;
     static_assert(kSegBytes == 64 || kSegBytes == 128, "TMA swizzles of 64 or 128 bytes");
     static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of whole 16-key blocks");
+    static_assert(!Wide || has_wide_stream(HeadDim, KvBytes == 1), "the wide shape is e4m3's, up to head dim 128");
     static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");
 };
 

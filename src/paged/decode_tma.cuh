@@ -1,6 +1,6 @@
 // The decode kernel's stream shape (paged.h: kStream): a persistent CTA per SM whose producer warp
 // copies K and V with the TMA engine, one copy per segment of a box of cache rows (a page, or a
-// part of one), into a ring of stages, while four consumer warps run the same math as the other
+// part of one), into a ring of stages, while consumer warps (4, or 8 over e4m3) run the math of the other
 // shapes (decode_math.cuh) on what has landed; they meet at mbarriers, `full` (a stage's bytes
 // have landed) and `empty` (each consumer warp is done with it).
 //
@@ -159,11 +159,11 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     }
 }
 
-// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3).
-template <typename T, typename KV, int HeadDim, bool Causal>
-__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV)>::kThreads, 1)
+// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream.
+template <typename T, typename KV, int HeadDim, bool Causal, bool Wide>
+__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThreads, 1)
     stream_kernel(const __grid_constant__ LaunchArgs a) {
-    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV))>;
+    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide>;
     constexpr bool kFp8 = sizeof(KV) == 1;
     constexpr int kConsumers = 32 * S::kConsumerWarps;
     extern __shared__ __align__(1024) uint8_t smem[];

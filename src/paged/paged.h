@@ -25,8 +25,10 @@
 namespace fas_paged {
 
 // The decode kernel's shapes (16-row tiles), chosen per plan: kShort and kLong load with cp.async
-// (decode.cuh), kStream with the TMA engine (decode_tma.cuh). The 64-row kernel has kShort only.
-enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2 };
+// (decode.cuh), kStream and kWideStream (twice the consumer warps) with the TMA engine
+// (decode_tma.cuh). The 64-row kernel has kShort only.
+enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2, kWideStream = 3 };
+constexpr bool is_stream(DecodeShape shape) { return shape == kStream || shape == kWideStream; }
 
 // Everything one launch reads; device pointers unless said. Int32 arrays come from the plan's
 // schedule (schedule.cpp), tensors from the run.
@@ -87,14 +89,15 @@ cudaError_t launch_paged(const LaunchArgs& args, cudaStream_t stream);
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy_paged(DecodeShape shape, int* ctas_per_sm);
 
-// The decode kernel (16-row tiles) has three shapes, chosen per plan. Stream: a persistent CTA per
-// SM whose producer warp copies boxes of page rows with the TMA engine while four consumer warps
-// compute (docs/design/decode-roofline.md), every plan whose pages hold a multiple of
-// kMinStreamBox rows (and contiguous KV). The other two, whose warps both load (cp.async, a row at
-// a time) and compute, take smaller pages. Short: two CTAs per SM, each warp 16 keys of a 64-key
-// stage (32 at head dim 256). Long (head dim 128): one CTA per SM, each warp 32 keys of a 128-key
-// stage in a 200 KiB ring, planned when its CTAs average more than kLongDecodeMinKeys keys
-// (docs/design/decode-plan.md, "Two shapes"). e4m3 caches: the second shape is instead "dense",
+// The decode kernel (16-row tiles) has three shapes, chosen per plan. Stream (and its wide form): a
+// persistent CTA per SM whose producer warp copies boxes of page rows with the TMA engine while
+// consumer warps compute (docs/design/decode-roofline.md), every plan whose pages hold a multiple
+// of kMinStreamBox rows (and contiguous KV) on the cards below, and e4m3 plans at head dim 128 on
+// every card. The other two, whose warps both load (cp.async, a row at a time) and compute, take
+// the other plans. Short: two CTAs per SM, each warp 16 keys of a 64-key stage (32 at head dim
+// 256). Long (head dim 128): one CTA per SM, each warp 32 keys of a 128-key stage in a 200 KiB
+// ring, planned when its CTAs average more than kLongDecodeMinKeys keys (docs/design/decode-plan.md,
+// "Two shapes"). e4m3 caches: the second shape is instead "dense",
 // three CTAs per SM of the short shape's stages in 64 KiB rings, planned when the plan fills at
 // most one wave of it (split plans) or, unsplit, when its waves cost no more
 // (docs/design/mixed-and-fp8-kv.md). The planner learns which shapes a kernel has, and their CTAs
@@ -114,16 +117,29 @@ constexpr int kMinStreamBox = 8;
 // shapes (docs/design/decode-roofline.md).
 constexpr double kStreamMinBytesPerSmClock = 15.0;
 
-// Keys per stage of the stream shape: 4 consumer warps x 32 (x 16 for 16-bit caches at head dim
-// 256, whose warps hold twice the accumulators).
-constexpr int stream_keys(int head_dim, bool fp8_kv) { return head_dim == 256 && !fp8_kv ? 64 : 128; }
+// e4m3 caches at head dim 128 take a stream shape on every card: on the H100 too their cp.async
+// shapes were 0.5-18% slower. At head dim 64 the H100's dense shape was faster (37 against 42 us
+// at 64 x 4k), so the card rule stands there, and at 256 (not measured against it).
+constexpr bool streams_on_any_card(int head_dim, bool fp8_kv) { return fp8_kv && head_dim == 128; }
+
+// The wide stream shape: 8 consumer warps, two per scheduler, for e4m3 caches at head dim 128 on
+// the cards above. An e4m3 stage carries twice the keys per byte, and one warp per scheduler left
+// the chains of widening and mma exposed: on an H200 4 warps read 2.3-3.4 TB/s, 8 warps 2.4-3.9.
+// On an H100 8 were 0-5% slower than 4, and for 16-bit caches slower on both cards.
+constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && head_dim == 128; }
+constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
+// Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
+// whose warps hold twice the accumulators).
+constexpr int stream_keys(int head_dim, bool fp8_kv, bool wide = false) {
+    return head_dim == 256 && !fp8_kv ? 64 : 32 * stream_consumer_warps(wide);
+}
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
 // 16-row tiles (the same for e4m3 caches: their stages hold as many keys in half the bytes),
 // launch.cuh's KV tile for 64-row ones.
 constexpr int kv_tile_rows(int head_dim, int tile_q, DecodeShape shape = kShort, bool fp8_kv = false) {
     if (tile_q != 16) return head_dim <= 128 ? 128 : 64;
-    if (shape == kStream) return stream_keys(head_dim, fp8_kv);
+    if (is_stream(shape)) return stream_keys(head_dim, fp8_kv, shape == kWideStream);
     return shape == kLong && !fp8_kv ? 128 : head_dim <= 128 ? 64 : 32;
 }
 

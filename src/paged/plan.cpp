@@ -162,10 +162,11 @@ bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequ
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
-    int short_ctas = 0, long_ctas = 0, stream_ctas = 0;  // per SM; 0: the kernel has no such shape
+    int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0;  // per SM; 0: the kernel has no such shape
     cudaError_t error = kernel->occupancy(kShort, &short_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kLong, &long_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kStream, &stream_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(kWideStream, &wide_ctas);
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
@@ -177,10 +178,11 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 #ifdef FAS_DEV_DECODE_SHAPE  // measuring builds only (bench/dev_library.py --define): 2 stream, else the others
     fast_card = FAS_DEV_DECODE_SHAPE == 2;
 #endif
-    const bool stream = fast_card && stream_ctas > 0 && box_rows > 0 &&
+    const bool stream = (fast_card || streams_on_any_card(layout.head_dim, fp8_kv)) && stream_ctas > 0 && box_rows > 0 &&
                         stream_maps(layout, kernel, request, box_rows, &stream_args, &no_stream);
-    // The stream shape where it can run and the card's memory outruns the other shapes (paged.h),
-    // a persistent CTA per SM (its wave is one CTA per SM).
+    // A stream shape where it can run and the card's memory outruns the other shapes, or the plan
+    // streams on any card (paged.h; wide where the kernel has it, on such a card), a persistent
+    // CTA per SM (its wave is one CTA per SM).
     // Otherwise the decode kernel's long shape when its CTAs would be long enough, else the short
     // one. For e4m3 caches the second shape is the dense one (paged.h): taken when its schedule
     // fills at most one wave, or when its waves (each CTA sharing its SM with two others) cost no
@@ -189,9 +191,9 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     DecodeShape shape = kShort;
     try {
         if (stream) {
-            build_schedule(layout, request, kernel->tile_q,
-                           kv_tile_rows(layout.head_dim, kernel->tile_q, kStream, fp8_kv), wave(1), &s);
-            shape = kStream;
+            shape = fast_card && wide_ctas > 0 ? kWideStream : kStream;
+            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv),
+                           wave(1), &s);
         } else if (long_ctas > 0) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, kLong, fp8_kv),
                            wave(long_ctas), &s);
@@ -279,7 +281,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;
     a.shape = shape;
-    if (shape == kStream) {
+    if (is_stream(shape)) {
         a.k_map = stream_args.k_map;
         a.v_map = stream_args.v_map;
         a.tma_flat = stream_args.tma_flat;
@@ -294,7 +296,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
-    plan->ctas_per_sm = shape == kStream ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
+    plan->ctas_per_sm = is_stream(shape) ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
     plan->group = layout.num_heads_q / layout.num_heads_k;
     *out = std::move(plan);
     return FAS_SUCCESS;
@@ -327,7 +329,7 @@ fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* 
     }
     a.k_descale = k_descale;
     a.v_descale = v_descale;
-    if (a.shape == kStream) {  // the plan's tensor maps, with this run's caches
+    if (is_stream(a.shape)) {  // the plan's tensor maps, with this run's caches
         std::string why;
         if (!replace_address(&a.k_map, k, &why) || !replace_address(&a.v_map, v, &why)) {
             return fail(FAS_ERROR_CUDA, why);

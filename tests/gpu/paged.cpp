@@ -436,9 +436,9 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             {"fp8kv-window-softcap", 16, 2, head_dim, true, 32, {1, 1}, {5000, 30}, false, 0, FAS_FAMILY_PAGED, 1000,
              30.f},
         };
-        // The dense shape (3 CTAs per SM) for a plan of one wave, the short one (2) for many CTAs
-        // (stream cards: the stream shape where pages hold a multiple of 8 rows).
-        fp8.push_back({"fp8kv-decode-dense-page16", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
+        // The dense shape (3 CTAs per SM) for a plan of one wave, the short one (2) for many CTAs;
+        // pages of a multiple of 8 rows: a stream shape where the plan streams (below).
+        fp8.push_back({"fp8kv-decode-wave-page16", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
                        std::vector<int>(40, quick ? 1000 : 4100), false, 3});
         fp8.push_back({"fp8kv-decode-dense", 16, 2, head_dim, true, 4, std::vector<int>(40, 1),
                        std::vector<int>(40, quick ? 1000 : 4100), false, 3});
@@ -451,11 +451,14 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back(c);
         }
     }
-    // On a stream card every decode plan whose pages hold a multiple of 8 rows takes the stream
-    // shape, one persistent CTA per SM; smaller pages keep the shapes named above.
-    if (stream_card()) {
-        for (PagedCase& c : cases) {
-            if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0) c.expect_ctas_per_sm = 1;
+    // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream
+    // shape, one persistent CTA per SM, and on every card e4m3 plans of head dim 128 do; smaller
+    // pages keep the shapes named above.
+    const bool on_stream_card = stream_card();
+    for (PagedCase& c : cases) {
+        const bool streams = on_stream_card || (c.fp8_kv && c.head_dim == 128);
+        if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0 && streams) {
+            c.expect_ctas_per_sm = 1;
         }
     }
     uint64_t seed = 7000 + static_cast<uint64_t>(dtype);
