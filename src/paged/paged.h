@@ -122,11 +122,12 @@ constexpr double kStreamMinBytesPerSmClock = 15.0;
 // at 64 x 4k), so the card rule stands there, and at 256 (not measured against it).
 constexpr bool streams_on_any_card(int head_dim, bool fp8_kv) { return fp8_kv && head_dim == 128; }
 
-// The wide stream shape: 8 consumer warps, two per scheduler, for e4m3 caches at head dim 128 on
-// the cards above. An e4m3 stage carries twice the keys per byte, and one warp per scheduler left
-// the chains of widening and mma exposed: on an H200 4 warps read 2.3-3.4 TB/s, 8 warps 2.4-3.9.
-// On an H100 8 were 0-5% slower than 4, and for 16-bit caches slower on both cards.
-constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && head_dim == 128; }
+// The wide stream shape: 8 consumer warps, two per scheduler, for e4m3 caches up to head dim 128
+// on the cards above. An e4m3 stage carries twice the keys per byte, and one warp per scheduler
+// left the chains of widening and mma exposed: on an H200 at hd128 4 warps read 2.3-3.4 TB/s, 8
+// warps 2.4-3.9 (hd64: 14-17% faster). On an H100 8 were 0-5% slower than 4, and for 16-bit caches
+// slower on both cards.
+constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && head_dim <= 128; }
 constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
 // Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
 // whose warps hold twice the accumulators).
