@@ -22,7 +22,7 @@ from flashbuild.container import PID_LABEL
 
 pytestmark = pytest.mark.container
 
-KERNEL = "fa2_fwd_hdim64_fp16_sm90"
+KERNEL = "paged_decode_hdim64_fp16_causal_sm90"
 ENTRY = "smoke-cuda12.4-sm90a"
 
 
