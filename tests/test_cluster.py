@@ -69,7 +69,7 @@ def test_a_server_token_is_made_from_a_key_that_begins_with_a_dash(repo, tmp_pat
 
 
 def kernel_objects(repo):
-    return sorted((repo / "build" / "objects").glob("fa2_fwd_hdim64_fp16_sm90-*.o"))
+    return sorted((repo / "build" / "objects").glob("paged_decode_hdim64_fp16_causal_sm90-*.o"))  # smoke's kernel
 
 
 @pytest.mark.container  # two cold smoke builds in the toolchain container through the servers

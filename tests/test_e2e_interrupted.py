@@ -2,15 +2,19 @@
 130 or 129 within seconds; with its container removed from outside (as a stopped engine would leave it) it
 fails with one engine error. Either way no container of that build is left, no object or partial
 object of the TU, and no artifact. The build runs in this repository with the TU's cached object
-and the smoke artifact moved aside (so that it compiles, ~150 s, and is not up to date), both put
-back after. Runs after test_e2e.py (which builds the image and the smoke artifact). Needs a
-Docker engine (`invoke setup`)."""
+and the smoke artifact moved aside (so that it compiles and is not up to date), both put back after.
+Once the TU's nvcc is seen the test stops it (SIGSTOP): the compile stays in progress however short
+the TU and however long the test takes to act, and a build that waited for its nvcc would never end.
+Runs after test_e2e.py (which builds the image and the smoke artifact). Needs a Docker engine
+(`invoke setup`)."""
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +22,7 @@ from flashbuild.container import PID_LABEL
 
 pytestmark = pytest.mark.container
 
-KERNEL = "fa2_fwd_hdim64_fp16_sm90"
+KERNEL = "paged_decode_hdim64_fp16_causal_sm90"
 ENTRY = "smoke-cuda12.4-sm90a"
 
 
@@ -55,24 +59,53 @@ def _start_build(repo):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
 
 
-def _wait_for_the_kernel_compile(build, timeout=180):
-    """The build's container, once nvcc compiles the kernel TU in it."""
+def _stop_the_kernel_compile(build, timeout=180):
+    """The build's container, once nvcc compiles the kernel TU in it, with that compile's processes
+    stopped: nvcc among them, so that the TU cannot finish before the test acts. The build is killed
+    if this fails, so that the next test's build does not find the clone locked."""
     import docker
 
     client = docker.from_env()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert build.poll() is None, f"the build ended early:\n{build.communicate()}"
-        for container in client.containers.list(filters={"label": f"{PID_LABEL}={build.pid}"}):
-            try:
-                processes = container.top()["Processes"] or []
-            except docker.errors.APIError:  # between starting and running
-                continue
-            if any("nvcc" in " ".join(row) and KERNEL in " ".join(row) for row in processes):
-                return container
-        time.sleep(1)
-    build.kill()
-    pytest.fail(f"nvcc never started on {KERNEL}:\n{build.communicate()}")
+    try:
+        while time.monotonic() < deadline:
+            assert build.poll() is None, f"the build ended early:\n{build.communicate()}"
+            for container in client.containers.list(filters={"label": f"{PID_LABEL}={build.pid}"}):
+                try:
+                    top = container.top()
+                except docker.errors.APIError:  # between starting and running
+                    continue
+                column = top["Titles"].index("PID")
+                rows = [row for row in top["Processes"] or [] if KERNEL in " ".join(row)]
+                pids = [int(row[column]) for row in rows]  # the engine gives host PIDs
+                drivers = [pid for pid, row in zip(pids, rows) if os.path.basename(row[-1].split()[0]) == "nvcc"]
+                if drivers:
+                    for pid in pids:
+                        try:
+                            os.kill(pid, signal.SIGSTOP)
+                        except ProcessLookupError:  # a step of the compile ended meanwhile
+                            pass
+                    assert _stopped(drivers[0]), f"{KERNEL} compiled before its nvcc could be stopped"
+                    return container
+            time.sleep(0.2)  # often: a TU may compile in seconds
+        pytest.fail(f"nvcc never started on {KERNEL}")
+    except BaseException:
+        build.kill()
+        raise
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process reaches the stopped state (T) within a second; False once it is gone
+    (a signal takes effect when the process next runs, not when kill() returns)."""
+    for _ in range(100):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        if stat.rsplit(")", 1)[1].split()[0] == "T":
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def _assert_nothing_left(repo, artifacts, build):
@@ -88,11 +121,13 @@ def _assert_nothing_left(repo, artifacts, build):
 def test_a_signal_during_compile_stops_the_build_in_seconds_and_leaves_nothing(smoke_to_compile, signum, code):
     repo, artifacts = smoke_to_compile
     build = _start_build(repo)
-    _wait_for_the_kernel_compile(build)
+    _stop_the_kernel_compile(build)
     build.send_signal(signum)
     sent = time.monotonic()
     try:
         out, err = build.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the build waited for its running (stopped) nvcc")
     finally:
         build.kill()
     assert time.monotonic() - sent < 10, "the running nvcc was waited for"
@@ -104,7 +139,7 @@ def test_a_signal_during_compile_stops_the_build_in_seconds_and_leaves_nothing(s
 def test_a_container_lost_mid_build_is_one_error_naming_what_to_do(smoke_to_compile):
     repo, artifacts = smoke_to_compile
     build = _start_build(repo)
-    _wait_for_the_kernel_compile(build).remove(force=True)  # what a stopped engine leaves: no container
+    _stop_the_kernel_compile(build).remove(force=True)  # what a stopped engine leaves: no container
     try:
         out, err = build.communicate(timeout=60)
     finally:

@@ -50,7 +50,7 @@ def test_dry_run_with_malformed_stats_plans_from_matrix_defaults(repo, tmp_path)
     for name in ("flashbuild", "matrix.yaml", "src", "kernels", "sources.lock.yaml", "docker"):  # pre-flight reads all
         (tmp_path / name).symlink_to(repo / name)
     (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "tu-stats.json").write_text('{"fa2_fwd_hdim64_fp16_sm90@sm_90a": 5}')
+    (tmp_path / "build" / "tu-stats.json").write_text('{"paged_decode_hdim64_fp16_causal_sm90@sm_90a": 5}')
     result = subprocess.run([sys.executable, "-m", "invoke", "build", "--matrix", "smoke", "--dry-run"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert "Traceback" not in result.stdout + result.stderr

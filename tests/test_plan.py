@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import subprocess
 import sys
@@ -6,7 +7,7 @@ import pytest
 
 from flashbuild.errors import CompileError
 from flashbuild.memory import estimate
-from flashbuild.options import load_config
+from flashbuild.options import KernelSet, load_config
 from flashbuild.plan import host_tus, make_plan
 
 
@@ -66,7 +67,7 @@ def test_full_builds_the_e4m3_kv_decode_kernels_and_minimal_does_not(repo):
 
 
 def test_smoke_is_one_tu(repo):
-    assert names(repo, "smoke") == ["fa2_fwd_hdim64_fp16_sm90"]
+    assert names(repo, "smoke") == ["paged_decode_hdim64_fp16_causal_sm90"]
 
 
 def test_symbols_are_the_demangled_instantiations(repo):
@@ -117,10 +118,15 @@ def test_two_sources_with_one_stem_are_refused(tmp_path):
 
 
 def test_a_plan_fetches_only_the_upstreams_its_tus_include(repo):
+    """Every plan's host TUs include FA2's headers (src/fa2); only SM90 and paged kernels need FlashInfer's."""
     config = load_config(repo / "matrix.yaml")
-    smoke = make_plan(config.matrix("smoke"), repo).sources_needed
-    assert smoke == {"flash-attn", "nvidia-cuda-nvcc-cu12"}
-    assert make_plan(config.matrix("minimal"), repo).sources_needed == smoke | {"flashinfer-python"}
+    smoke = config.matrix("smoke")
+    fa2_only = dataclasses.replace(smoke, entries=(dataclasses.replace(
+        smoke.entries[0], kernels=(KernelSet("fa2_fwd", (64,), ("fp16",), (False,)),)),))
+    fa2 = make_plan(fa2_only, repo).sources_needed
+    assert fa2 == {"flash-attn", "nvidia-cuda-nvcc-cu12"}
+    assert make_plan(smoke, repo).sources_needed == fa2 | {"flashinfer-python"}
+    assert make_plan(config.matrix("minimal"), repo).sources_needed == fa2 | {"flashinfer-python"}
 
 
 def test_dry_run_prints_the_plan_and_builds_nothing(repo, tmp_path):

@@ -53,23 +53,25 @@ def no_engine():
 def test_a_dry_run_reports_every_problem_at_once_and_changes_nothing(repo, tmp_path, monkeypatch, capsys,
                                                                        nothing_may_be_fetched_or_built):
     clone = copy_of_the_repo(repo, tmp_path)
-    (clone / "kernels" / "fa2_fwd_hdim64_fp16_sm90.cu").unlink()
+    (clone / "kernels" / "paged_decode_hdim64_fp16_causal_sm90.cu").unlink()
     monkeypatch.setattr(pipeline, "docker_client", no_engine)
     with pytest.raises(ConfigError) as raised:  # the kind of the first problem, as the build would stop with
         pipeline.build(clone, "smoke", dry_run=True, offline=True)
     message = raised.value.message
-    assert message.startswith("the dry run found 4 problems")
+    assert message.startswith("the dry run found 5 problems")
     listed = re.findall(r"^  \d\. (.*)$", message, re.M)
     pins = sources.load_lock(repo / "sources.lock.yaml")
-    assert listed == ["config error: kernels/ does not match matrix.yaml: missing fa2_fwd_hdim64_fp16_sm90.cu",
+    assert listed == ["config error: kernels/ does not match matrix.yaml: missing "
+                      "paged_decode_hdim64_fp16_causal_sm90.cu",
                       *(f"source error: {pins[name].filename} is not in the download cache "
                         f"({sources.cached_path(pins[name]).parent}) and --offline was given"
-                        for name in ("flash-attn", "nvidia-cuda-nvcc-cu12")),
+                        for name in ("flash-attn", "flashinfer-python", "nvidia-cuda-nvcc-cu12")),
                       "environment error: no Docker engine is reachable (DockerException)"]
     out = capsys.readouterr().out
     assert "entry smoke-cuda12.4-sm90a" in out and "predicted compile phase" in out, "the plan is still printed"
     assert [line.split(":")[0].split(maxsplit=1) for line in out.splitlines() if line.startswith("  PROBLEM")] == [
         ["PROBLEM", "kernels/"], ["PROBLEM", "source flash-attn 2.8.3"],
+        ["PROBLEM", "source flashinfer-python 0.7.2.post1"],
         ["PROBLEM", "source nvidia-cuda-nvcc-cu12 12.9.86"], ["PROBLEM", "Docker engine"]]
     assert "  skipped  image cuda12-debian-trixie: not looked up (no Docker engine)" in out
     assert sorted(p.name for p in clone.iterdir()) == ["docker", "kernels", "matrix.yaml", "sources.lock.yaml", "src"]
@@ -115,11 +117,15 @@ def small_pins(repo, tmp_path):
     clone = copy_of_the_repo(repo, tmp_path)
     (clone / "sources.lock.yaml").unlink()
     flash, flash_sha = pin_file(tmp_path, "flash.tar.gz", {"f/src/a.h": b"a"})
+    infer, infer_sha = pin_file(tmp_path, "infer.tar.gz", {"i/include/b.h": b"b"})
     nvcc, nvcc_sha = pin_file(tmp_path, "nvcc.tar.gz", {"n/bin/ptxas": b"ptxas"})
     (clone / "sources.lock.yaml").write_text(
         f"flash-attn: {{version: '1', filename: flash.tar.gz, sha256: {flash_sha}, paths: {{kernels: f/src}}}}\n"
+        f"flashinfer-python: {{version: '3', filename: infer.tar.gz, sha256: {infer_sha}, "
+        "paths: {include: i/include}}\n"
         f"nvidia-cuda-nvcc-cu12: {{version: '2', filename: nvcc.tar.gz, sha256: {nvcc_sha}, paths: {{bin: n/bin}}}}\n")
-    return clone, sources.load_lock(clone / "sources.lock.yaml"), {"flash-attn": flash, "nvidia-cuda-nvcc-cu12": nvcc}
+    return clone, sources.load_lock(clone / "sources.lock.yaml"), {"flash-attn": flash, "flashinfer-python": infer,
+                                                                   "nvidia-cuda-nvcc-cu12": nvcc}
 
 
 def engine_with_the_base_image(clone):
@@ -140,8 +146,9 @@ def test_a_clean_dry_run_says_what_the_build_would_do_and_does_none_of_it(small_
     for line in [
         "  ok       kernels/: matches matrix.yaml",
         "  ok       compile route: compiles: every TU on this machine",
-        "  ok       sources needed: flash-attn, nvidia-cuda-nvcc-cu12",
+        "  ok       sources needed: flash-attn, flashinfer-python, nvidia-cuda-nvcc-cu12",
         f"  ok       source flash-attn 1: the cached {cached} is corrupt (sha256 {corrupt}); would be downloaded again",
+        "  ok       source flashinfer-python 3: not in the download cache; would be downloaded",
         "  ok       source nvidia-cuda-nvcc-cu12 2: not in the download cache; would be downloaded",
         "  ok       Docker engine: reachable",
         "  ok       image cuda12-debian-trixie: its tag includes the hash of a tool not fetched yet",
@@ -181,7 +188,7 @@ def test_the_cli_dry_run_prints_the_preflight_of_the_repository(repo):
     subjects = [line.split(":")[0].split(maxsplit=1)[1] for line in result.stdout.splitlines()
                 if re.match(r"  (ok|PROBLEM|skipped) ", line)]
     assert subjects == ["kernels/", "build time", "package checks", "compile route", "sources needed",
-                        "source flash-attn 2.8.3",
+                        "source flash-attn 2.8.3", "source flashinfer-python 0.7.2.post1",
                         "source nvidia-cuda-nvcc-cu12 12.9.86", "Docker engine", "image cuda12-debian-trixie"]
     assert (result.returncode == 0) == ("PROBLEM" not in result.stdout)
 
