@@ -233,106 +233,6 @@ std::string describe(const PagedCase& c, fas_dtype dtype) {
     return text;
 }
 
-// Bad paged arguments: a valid paged plan (2 sequences of 5 and 40 keys, pages of 16, 8 pages,
-// heads 2/1, head dim 128) broken one way, refused with FAS_ERROR_INVALID_ARGUMENT, a message
-// and no CUDA error left pending.
-const char* const kPagedMisuse[] = {
-    "paged plan with page_size 0",
-    "paged plan with num_pages 0",
-    "paged plan whose kv_lengths need more pages than the cache has",
-    "paged plan with a page id out of range (page_indices_host)",
-    "paged plan with cu_seqlens_k set too",
-    "paged plan with kv_lengths NULL",
-    "paged plan with a negative kv length",
-    "plan with kv_layout 7",
-    "paged run with page_indices NULL",
-    "paged run with out inside the k cache",
-    "FP8 KV plan (kv_dtype e4m3) over a varlen KV layout",
-    "FP8 KV plan with k_row_stride 264 (not a multiple of 16)",
-    "FP8 KV plan with kv_dtype 9",
-    "FP8 KV run without k_descale",
-    "FP8 KV run without v_descale",
-};
-constexpr int kFirstFp8Misuse = 10;
-constexpr int kFp8RunMisuse = 13;  // from here on the cases need an e4m3-KV kernel to plan
-
-CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
-    DeviceBuffer q_dev(1 << 16), k_dev(1 << 20), v_dev(1 << 20), out_dev(1 << 16), ids_dev(64);
-    const int32_t cu_q[3] = {0, 1, 2}, cu_k[3] = {0, 5, 45};
-    int32_t lengths[2] = {5, which == 2 ? 200 : which == 6 ? -1 : 40};
-    const int32_t ids[4] = {3, 0, 7, which == 3 ? 8 : 5};
-    fas_plan_args args;
-    fas_plan_args_init(&args);
-    args.dtype = dtype;
-    args.cu_seqlens_q = cu_q;
-    args.cu_seqlens_k = which == 4 ? cu_k : nullptr;
-    args.batch_size = 2;
-    args.num_heads_q = 2;
-    args.num_heads_k = 1;
-    args.head_dim = 128;
-    args.causal = 1;
-    args.kv_layout = which == 7 ? static_cast<fas_kv_layout>(7) : FAS_KV_PAGED;
-    args.kv_lengths = which == 5 ? nullptr : lengths;
-    args.page_size = which == 0 ? 0 : 16;
-    args.num_pages = which == 1 ? 0 : 8;
-    args.page_indices_host = ids;
-    if (which >= kFirstFp8Misuse) {
-        args.kv_dtype = which == 12 ? static_cast<fas_dtype>(9) : FAS_DTYPE_E4M3;
-        if (which == 10) {
-            args.kv_layout = FAS_KV_VARLEN;
-            args.kv_lengths = nullptr;
-            args.cu_seqlens_k = cu_k;
-        }
-        if (which == 11) args.k_row_stride = 264;
-    }
-    fas_plan* plan = nullptr;
-    fas_status status = fas_plan_create(&args, &plan);
-    if ((which >= 8 && which < kFirstFp8Misuse) || which >= kFp8RunMisuse) {
-        if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
-        upload(ids_dev.as<void>(), ids, sizeof ids);
-        fas_plan_run_args run;
-        fas_plan_run_args_init(&run);
-        run.q = q_dev.as<void>();
-        run.k = k_dev.as<void>();
-        run.v = v_dev.as<void>();
-        run.out = which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>();
-        run.page_indices = which == 8 ? nullptr : ids_dev.as<int32_t>();
-        run.stream = stream;
-        run.k_descale = which == 13 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
-        run.v_descale = which == 14 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
-        status = fas_plan_run(plan, &run);
-    }
-    const std::string message = fas_get_last_error();
-    if (plan != nullptr) fas_plan_destroy(plan);
-    return refusal_outcome(status, message, false);
-}
-
-// A valid FP8 KV plan in a build without e4m3-KV kernels: FAS_ERROR_NOT_BUILT with a message.
-CaseOutcome run_fp8_not_built(fas_dtype dtype) {
-    const int32_t cu_q[2] = {0, 1}, lengths[1] = {40}, ids[3] = {0, 1, 2};
-    fas_plan_args args;
-    fas_plan_args_init(&args);
-    args.dtype = dtype;
-    args.kv_dtype = FAS_DTYPE_E4M3;
-    args.cu_seqlens_q = cu_q;
-    args.batch_size = 1;
-    args.num_heads_q = 2;
-    args.num_heads_k = 1;
-    args.head_dim = 128;
-    args.causal = 1;
-    args.kv_layout = FAS_KV_PAGED;
-    args.kv_lengths = lengths;
-    args.page_size = 16;
-    args.num_pages = 3;
-    args.page_indices_host = ids;
-    fas_plan* plan = nullptr;
-    const fas_status status = fas_plan_create(&args, &plan);
-    const std::string message = status == FAS_SUCCESS ? "" : fas_get_last_error();
-    if (plan != nullptr) fas_plan_destroy(plan);
-    return {status == FAS_ERROR_NOT_BUILT && message.find("e4m3") != std::string::npos,
-            "status=" + std::to_string(static_cast<int>(status)) + " message=\"" + message + "\""};
-}
-
 }  // namespace
 
 void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally) {
@@ -467,15 +367,7 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
     }
     // The misuse plan is head dim 128.
     if (std::none_of(cases.begin(), cases.end(), [](const PagedCase& c) { return c.head_dim == 128; })) return;
-    const bool fp8_built = has_kernel("paged_e4m3kv", dtype, 128, true);
-    for (int which = 0; which < static_cast<int>(sizeof kPagedMisuse / sizeof kPagedMisuse[0]); ++which) {
-        if (which >= kFp8RunMisuse && !fp8_built) continue;
-        report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
-    }
-    if (!fp8_built) {  // a build without the e4m3-KV kernels says so
-        report("FP8 KV plan where no e4m3-KV kernel is built", guarded([&] { return run_fp8_not_built(dtype); }),
-               tally);
-    }
+    report_paged_misuse_cases(dtype, stream, tally);
 }
 
 }  // namespace gpu_test
