@@ -1,6 +1,8 @@
 // fas_plan: validation of a plan's layout (host offsets, the KV cache), the family choice, and
-// dispatch of runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h, paged/paged.h).
+// dispatch of runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h, paged/paged.h);
+// what a plan reports of itself: plan_info.cpp.
 #include "api/plan.h"
+#include "api/plan_object.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,37 +22,7 @@
 #include "paged/paged.h"
 #include "sm90/sm90.h"
 
-namespace {
-
-constexpr uint64_t kPlanMagic = 0x666173506c616e31ull;  // "fasPlan1"
-constexpr uint64_t kDeadPlanMagic = 0x64656164506c616eull;
-
-}  // namespace
-
-struct fas_plan {
-    uint64_t magic = kPlanMagic;
-    fas_family family = FAS_FAMILY_FA2;
-    int device = 0;
-    int kernel_head_dim = 0;
-    fas::Layout layout;  // resolved; total_q / total_k from the host offsets
-    std::string sm90_unused_reason;
-    std::unique_ptr<fas_sm90::Plan> sm90;
-    std::unique_ptr<fas_fa2::Plan> fa2;
-    std::unique_ptr<fas_paged::Plan> paged;
-    std::unique_ptr<fas::MixedPlan> mixed;
-
-    ~fas_plan() { magic = kDeadPlanMagic; }
-};
-
 namespace fas {
-
-namespace {
-
-int max_length(const int32_t* offsets, int batch_size) {
-    int longest = 0;
-    for (int i = 0; i < batch_size; ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
-    return longest;
-}
 
 fas_status check_plan(const fas_plan* plan) {
     if (plan == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a plan from fas_plan_create()");
@@ -60,6 +32,15 @@ fas_status check_plan(const fas_plan* plan) {
     }
     return FAS_SUCCESS;
 }
+
+namespace {
+
+int max_length(const int32_t* offsets, int batch_size) {
+    int longest = 0;
+    for (int i = 0; i < batch_size; ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
+    return longest;
+}
+
 
 // A plan runs and is released on its own device, the calling thread's current one.
 fas_status check_plan_device(const fas_plan* plan, const char* call) {
@@ -419,56 +400,6 @@ fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
         if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize before freeing the FA2 plan");
     }
     delete plan;
-    return FAS_SUCCESS;
-}
-
-fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
-    fas_status status = check_plan(plan);
-    if (status != FAS_SUCCESS) return status;
-    if (info == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "info is NULL; pass a fas_plan_info to fill");
-    const size_t first_version = offsetof(fas_plan_info, kv_splits);
-    if (info->struct_size < first_version) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat("info->struct_size is ", info->struct_size, " but even the first version of fas_plan_info has ",
-                           first_version, " bytes; set it to sizeof(fas_plan_info)"));
-    }
-    const size_t caller_size = std::min(info->struct_size, sizeof(fas_plan_info));
-    fas_plan_info filled;
-    std::memset(&filled, 0, sizeof(filled));
-    filled.struct_size = caller_size;
-    filled.family = plan->family;
-    filled.family_name = family_name(plan->family);
-    filled.kernel_head_dim = plan->kernel_head_dim;
-    filled.lse_layout = plan->family == FAS_FAMILY_FA2 ? FAS_LSE_HEAD_MAJOR : FAS_LSE_TOKEN_MAJOR;
-    filled.total_q = plan->layout.total_q;
-    filled.total_k = plan->layout.total_k;
-    filled.device = plan->device;
-    filled.device_bytes = plan->sm90 != nullptr    ? fas_sm90::schedule_device_bytes(plan->sm90->schedule)
-                          : plan->paged != nullptr ? plan->paged->block->bytes
-                          : plan->fa2 != nullptr   ? plan->fa2->device_bytes
-                                                   : 0;
-    filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
-    if (plan->sm90 != nullptr) {  // one CTA per SM, query heads not packed, no KV split
-        filled.kv_splits = 1;
-        filled.packed_gqa = 1;
-        filled.query_tile_rows = fas_sm90::query_tile_rows(*plan->sm90->kernel);
-        filled.num_ctas = plan->sm90->args.num_ctas;
-        filled.total_pages = plan->sm90->total_pages;
-        filled.ctas_per_sm = 1;
-        filled.query_tiles = plan->sm90->args.num_units * plan->sm90->args.tiles_per_unit;
-        filled.packed = plan->sm90->kernel->packed ? 1 : 0;
-    }
-    if (plan->paged != nullptr) {
-        const fas_paged::Plan& paged = *plan->paged;
-        filled.kv_splits = paged.kv_splits;
-        filled.packed_gqa = paged.group;
-        filled.query_tile_rows = paged.kernel->tile_q;
-        filled.num_ctas = paged.args.num_ctas;
-        filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
-        filled.ctas_per_sm = paged.ctas_per_sm;
-    }
-    if (plan->mixed != nullptr) mixed_plan_info(*plan->mixed, &filled);
-    std::memcpy(info, &filled, caller_size);
     return FAS_SUCCESS;
 }
 

@@ -223,6 +223,10 @@ CaseOutcome guarded(Body&& body) {
 // ---------------------------------------------------------------------------------------------
 // Entry points of the concern files, called by the driver (driver.cpp).
 
+// default_cases.cpp: the default case list for one dtype (cases this build cannot serve counted
+// as skipped in tally).
+std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tally);
+
 // cases.cpp: runs one attention case (or reports why the build cannot serve it) and prints it.
 void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t stream, Tally* tally);
 

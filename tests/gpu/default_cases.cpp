@@ -1,0 +1,250 @@
+// The default case list of test_varlen_inference (driver.cpp runs it): the varlen inference
+// shapes of Qwen2.5-VL-3B (language model and vision tower), masks, softcaps, and one small case
+// per compiled kernel, for one dtype.
+#include "gpu_test.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gpu_test {
+namespace {
+
+// A varlen case through the plan API, run twice (the runs must agree bit for bit), on `family`.
+AttentionCase plan_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
+                        std::vector<int> seqlens, fas_family family) {
+    AttentionCase c = varlen_case(std::move(config), dtype, heads_q, heads_kv, head_dim, causal, std::move(seqlens));
+    c.use_plan = true;
+    c.plan_runs = 2;
+    c.expect_family = family;
+    return c;
+}
+
+}  // namespace
+
+std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tally) {
+    std::vector<AttentionCase> cases;
+    // Qwen2.5-VL-3B language model: 16 query heads, 2 KV heads, head dim 128, causal prefill.
+    const std::vector<std::vector<int>> llm_batches =
+        quick ? std::vector<std::vector<int>>{{1, 17, 129, 1029}}
+              : std::vector<std::vector<int>>{{1, 17, 129, 1029, 333, 64}, {1500, 2, 999, 255, 1, 700},
+                                              {77, 1, 1030, 511, 383, 1}};
+    if (fas_query_support(dtype, 128, 1, nullptr) == FAS_SUCCESS) {
+        for (const std::vector<int>& seqlens : llm_batches) {
+            cases.push_back(varlen_case("qwen2.5-vl-3b-llm", dtype, 16, 2, 128, true, seqlens));
+        }
+    } else {  // a build without FA2 kernels (e.g. hopper-check): fas_fwd cannot serve it
+        std::printf("[SKIP] qwen2.5-vl-3b-llm      %s hdim=128 (fas_fwd): %s\n", dtype_name(dtype), fas_get_last_error());
+        ++tally->skipped;
+    }
+    // Qwen2.5-VL vision tower: 16 heads, head dim 80, bidirectional attention over windows
+    // (64 patches) and whole images; served by a larger kernel head dim where 80 is not built.
+    if (fas_query_support(dtype, 80, 0, nullptr) == FAS_SUCCESS) {
+        const std::vector<int> seqlens = quick ? std::vector<int>{64, 64, 3, 200}
+                                               : std::vector<int>{64, 64, 64, 64, 576, 1036, 3};
+        AttentionCase vision = varlen_case("qwen2.5-vl-vision", dtype, 16, 16, 80, false, seqlens);
+        vision.pass_workspace = false;
+        cases.push_back(vision);
+    } else {
+        std::printf("[SKIP] qwen2.5-vl-vision     %s hdim=80: %s\n", dtype_name(dtype), fas_get_last_error());
+        ++tally->skipped;
+    }
+    // The vision tower through the plan API where an SM90 kernel serves head dim 80 (round-up):
+    // windows of 64 patches and whole images.
+    fas_family vision_family = FAS_FAMILY_FA2;
+    if (fas_query_plan_support(dtype, 80, 0, &vision_family, nullptr) == FAS_SUCCESS &&
+        vision_family == FAS_FAMILY_SM90) {
+        cases.push_back(plan_case("qwen2.5-vl-vision-plan", dtype, 16, 16, 80, false,
+                                  quick ? std::vector<int>{64, 64, 3, 200}
+                                        : std::vector<int>{64, 64, 64, 64, 576, 1296, 3},
+                                  FAS_FAMILY_SM90));
+    }
+    // The LLM config through the plan API when an SM90 kernel serves it: one plan, several runs
+    // that must agree bit for bit.
+    fas_family llm_family = FAS_FAMILY_FA2;
+    if (fas_query_plan_support(dtype, 128, 1, &llm_family, nullptr) == FAS_SUCCESS && llm_family == FAS_FAMILY_SM90) {
+        AttentionCase llm = varlen_case("qwen2.5-vl-3b-llm-plan", dtype, 16, 2, 128, true,
+                                        quick ? std::vector<int>{1, 17, 129, 1029}
+                                              : std::vector<int>{1500, 2, 999, 255, 1, 700, 4097});
+        llm.use_plan = true;
+        llm.plan_runs = quick ? 2 : 4;
+        llm.expect_family = FAS_FAMILY_SM90;
+        cases.push_back(llm);
+    }
+    // Local windows through plans (FlashAttention's window_size, bottom-right aligned): widths 0, 1,
+    // 64 and 4096 on sequences shorter and longer than the window, causal (right 0) and not
+    // (right -1), GQA 1, 7 and 8; SM90 serves them where its head dim 128 kernel is built, FA2
+    // the right > 0 windows (and everything where SM90 cannot).
+    if (fas_query_plan_support(dtype, 128, 1, nullptr, nullptr) == FAS_SUCCESS) {
+        const struct {
+            int left, right, heads_q, heads_kv;
+        } windows[] = {{0, 0, 8, 8},     {1, 0, 14, 2},   {64, 0, 16, 2},  {4096, 0, 8, 8},   {0, -1, 14, 2},
+                       {1, -1, 16, 2},   {64, -1, 8, 8},  {4096, -1, 14, 2}, {64, 16, 16, 2}, {-1, 8, 8, 8}};
+        for (const auto& w : windows) {
+            if (w.right > 0 && fas_query_support(dtype, 128, 0, nullptr) != FAS_SUCCESS) continue;  // no FA2 here
+            const bool causal = w.right == 0;
+            // SM90 takes right 0 or -1 where its kernel is built; right > 0 is FA2's.
+            fas_family family = FAS_FAMILY_FA2;
+            if (w.right > 0 || fas_query_plan_support(dtype, 128, causal, &family, nullptr) != FAS_SUCCESS) {
+                family = FAS_FAMILY_FA2;
+            }
+            AttentionCase local = plan_case("window-" + std::to_string(w.left) + "/" + std::to_string(w.right), dtype,
+                                            w.heads_q, w.heads_kv, 128, causal,
+                                            quick ? std::vector<int>{1, 37, 200, 129}
+                                                  : std::vector<int>{1, 37, 200, 129, 5000, 64},
+                                            family);
+            local.use_window = true;
+            local.window_left = w.left;
+            local.window_right = w.right;
+            cases.push_back(local);
+        }
+    }
+    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a causal window, head dims 128 and
+    // 80; SM90 where a softcap kernel serves it (sm90_softcap), else FA2, else skipped.
+    bool sm90_softcap = false;
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_softcap") == 0 &&
+            info.dtype == dtype && info.head_dim == 128) {
+            sm90_softcap = true;
+        }
+    }
+    const struct {
+        float cap;
+        int head_dim, left, heads_q, heads_kv;
+        bool causal;
+    } capped[] = {{30.f, 128, -1, 16, 2, true}, {50.f, 128, -1, 8, 8, false}, {50.f, 128, 64, 14, 2, true},
+                  {30.f, 80, -1, 16, 16, false}};
+    for (const auto& cap : capped) {
+        if (!sm90_softcap && fas_query_support(dtype, cap.head_dim, cap.causal && cap.left < 0, nullptr) != FAS_SUCCESS) {
+            continue;  // neither an SM90 softcap kernel nor FA2 in this build
+        }
+        AttentionCase soft = plan_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
+                                       cap.heads_kv, cap.head_dim, cap.causal,
+                                       quick ? std::vector<int>{1, 37, 200, 129}
+                                             : std::vector<int>{1, 37, 200, 129, 1500, 64},
+                                       sm90_softcap ? FAS_FAMILY_SM90 : FAS_FAMILY_FA2);
+        soft.softcap = cap.cap;
+        soft.use_window = cap.left >= 0;
+        soft.window_left = cap.left;
+        cases.push_back(soft);
+    }
+    add_packed_cases(dtype, quick, &cases);
+    // Every compiled kernel once, GQA ratio 4, padded row strides.
+    int last_paged_head_dim = 0;
+    for (int index = 0; index < fas_num_kernels(); ++index) {
+        fas_kernel_info info;
+        if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.out_dtype != dtype) continue;
+        const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
+        const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
+        if (std::strcmp(info.family, "sm90_paged") == 0) continue;  // chunked prefill over pages: paged.cpp
+        if (std::strcmp(info.family, "sm90_softcap") == 0) continue;  // the softcap cases above
+        if (std::strcmp(info.family, "sm90_packed") == 0) continue;   // packed.cpp
+        if (std::strcmp(info.family, "paged") == 0) {
+            // Paged-KV plans: paged.cpp. Here the contiguous (varlen) KV of a decode-shaped plan,
+            // which the plan describes as pages itself; once per head dim (the 16-row kernel).
+            if (info.causal == 0 || info.head_dim == last_paged_head_dim) continue;
+            last_paged_head_dim = info.head_dim;
+            AttentionCase decode{"plan-decode-contiguous", dtype, 16, 2, info.head_dim, true, true,
+                                 {1, 1, 3, 1, 8}, {1, 4097, 77, 0, 300}};
+            decode.use_plan = true;
+            decode.plan_runs = 2;
+            decode.expect_family = FAS_FAMILY_PAGED;
+            cases.push_back(decode);
+            // The same with a causal window of 64 keys and softcap 30, on the decode kernel too.
+            decode.config = "plan-decode-contiguous-window-softcap";
+            decode.heads_q = 8;
+            decode.heads_kv = 4;
+            decode.use_window = true;
+            decode.window_left = 64;
+            decode.window_right = 0;
+            decode.softcap = 30.f;
+            cases.push_back(decode);
+            continue;
+        }
+        if (std::strcmp(info.family, "sm90") == 0) {
+            // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
+            // and without padded rows. The family must be SM90 (the device check passed).
+            const struct {
+                int heads_q, heads_kv, row_padding;
+            } shapes[] = {{8, 8, 0}, {8, 2, 8}, {16, 2, 0}};
+            for (const auto& shape : shapes) {
+                AttentionCase sm90 = varlen_case(fp8 ? "kernel-sm90-fp8-plan" : "kernel-sm90-plan", dtype, shape.heads_q,
+                                                 shape.heads_kv, info.head_dim,
+                                                 info.causal != 0,
+                                                 quick ? std::vector<int>{1, 37, 200, 129}
+                                                       : std::vector<int>{1, 4097, 37, 200, 129, 3, 1});
+                // e4m3 rows must start 16 bytes apart: pad FP8 rows by 16 elements.
+                sm90.row_padding = fp8 && shape.row_padding != 0 ? 16 : shape.row_padding;
+                sm90.use_plan = true;
+                sm90.plan_runs = 2;
+                sm90.expect_family = FAS_FAMILY_SM90;
+                sm90.fp8 = fp8;
+                cases.push_back(sm90);
+            }
+            // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
+            // zero-fill, column-predicated stores): GQA 1 and 7, padded rows that must stay untouched.
+            for (const int narrower : {info.head_dim - 16, info.head_dim - 24}) {
+                fas_family family = FAS_FAMILY_FA2;
+                int served_by = 0;
+                if (fp8 || narrower < 8 ||
+                    fas_query_plan_support(dtype, narrower, info.causal, &family, &served_by) != FAS_SUCCESS ||
+                    family != FAS_FAMILY_SM90 || served_by != info.head_dim) {
+                    continue;
+                }
+                const bool wide_gqa = narrower == info.head_dim - 24;
+                AttentionCase roundup = plan_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
+                                                  wide_gqa ? 2 : 16, narrower, info.causal != 0,
+                                                  quick ? std::vector<int>{1, 37, 200, 129}
+                                                        : std::vector<int>{64, 1, 1500, 37, 200, 129, 3},
+                                                  FAS_FAMILY_SM90);
+                roundup.row_padding = 8;
+                roundup.expect_kernel_head_dim = info.head_dim;
+                cases.push_back(roundup);
+            }
+            // Thousands of short sequences: more query tiles per head (5000) than the 4096 up to
+            // which FlashInfer's own planner used the per-head schedule.
+            if (!quick) {
+                // 9-11 queries each: at most 8 would make it a decode-shaped plan (paged family).
+                std::vector<int> many(5000);
+                for (size_t i = 0; i < many.size(); ++i) many[i] = 9 + static_cast<int>(i % 3);
+                AttentionCase tiny = varlen_case(fp8 ? "kernel-sm90-fp8-many-seqs" : "kernel-sm90-many-seqs", dtype, 4,
+                                                 2, info.head_dim, info.causal != 0, many);
+                tiny.use_plan = true;
+                tiny.plan_runs = 2;
+                tiny.expect_family = FAS_FAMILY_SM90;
+                tiny.fp8 = fp8;
+                cases.push_back(tiny);
+            }
+            // The same layout forced onto FA2 where FA2 serves it: both families through plans.
+            if (!fp8 && fas_query_support(dtype, info.head_dim, info.causal, nullptr) == FAS_SUCCESS) {
+                AttentionCase fa2 = varlen_case("plan-fa2-fallback", dtype, 8, 2, info.head_dim, info.causal != 0,
+                                                {1, 37, 200, 129});
+                fa2.use_plan = true;
+                fa2.disable_sm90 = true;
+                fa2.expect_family = FAS_FAMILY_FA2;
+                fa2.plan_runs = 2;
+                cases.push_back(fa2);
+            }
+            continue;
+        }
+        if (info.split_kv) {
+            // Batch layout, a decode-like short query and a long key range: the split heuristic
+            // divides the keys among CTAs. Half of them let the library allocate the scratch.
+            const int seqlen_q = 1 + index % 4;
+            AttentionCase split{config, dtype, 8, 2, info.head_dim, info.causal != 0, false,
+                                std::vector<int>(2, seqlen_q), std::vector<int>(2, 1536)};
+            split.row_padding = 8;
+            split.expect_split_kv = true;
+            split.pass_workspace = index % 2 == 0;
+            cases.push_back(split);
+        } else {
+            AttentionCase plain = varlen_case(config, dtype, 8, 2, info.head_dim, info.causal != 0, {1, 37, 200, 129});
+            plain.row_padding = 8;
+            cases.push_back(plain);
+        }
+    }
+    return cases;
+}
+
+}  // namespace gpu_test
