@@ -270,7 +270,7 @@ def render_paged(tu) -> str:
     args = _paged_template_args(tu)
     header, run, occupancy, what = PAGED_KERNELS[tu.family]
     kv = _paged_kv_dtype(tu)
-    dtypes = tu.dtype if kv == tu.dtype else f"{tu.dtype} q and out, {kv} KV"
+    dtypes = tu.dtype if kv == tu.dtype else f"{tu.dtype} out and q (or {kv} q), {kv} KV"
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
         f"// {what}: {dtypes}, head dim {tu.head_dim}, "
@@ -379,7 +379,7 @@ FAMILIES = {
             render=render_paged, symbol=_paged_symbol,
             registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
         ),
-        Family(  # paged_decode over e4m3 K/V caches; dtypes are q's and out's (16-row tiles, any query length)
+        Family(  # paged_decode over e4m3 K/V caches; dtypes are out's, and q's unless q is e4m3 (an FP8 plan)
             name="paged_decode_e4m3kv", upstream=FLASHINFER_SM90, api_path="paged",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_paged, symbol=_paged_symbol,

@@ -25,6 +25,7 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
         return FAS_SUCCESS;
     }
     kv->paged = true;
+    layout->paged = true;
     if (args.cu_seqlens_k != nullptr) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     "cu_seqlens_k is set but kv_layout is FAS_KV_PAGED; a paged plan takes the key counts in kv_lengths: "

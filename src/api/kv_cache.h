@@ -46,7 +46,7 @@ inline int64_t paged_span_elements(int num_pages, int page_size, int64_t page_st
 }
 
 // The caches' element type from fas_plan_args.kv_dtype: dtype (0 or dtype), or FAS_DTYPE_E4M3
-// for a paged plan of 16-bit q (an FP8 KV cache).
+// for a paged plan of 16-bit q (an FP8 KV cache; an FP8 plan's caches are e4m3 already).
 fas_status resolve_kv_dtype(const fas_plan_args& args, fas_dtype* kv_dtype);
 
 // Page strides (0 = page_size * row stride), their limits (e4m3 caches: multiples of 16), the caches' spans for the tensor

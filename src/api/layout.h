@@ -18,6 +18,7 @@ struct Layout {
     fas_dtype dtype = FAS_DTYPE_FP16;      // of q, k, v
     fas_dtype out_dtype = FAS_DTYPE_FP16;  // of out: dtype, or fp16/bf16 for e4m3 inputs
     fas_dtype kv_dtype = FAS_DTYPE_FP16;   // of k and v when a plan sets it (an e4m3 KV cache), else dtype's size
+    bool paged = false;                    // plans: a paged KV cache (FAS_KV_PAGED)
     bool varlen = false;
     int batch_size = 0;
     int max_seqlen_q = 0;  // batch layout: the length; varlen: an upper bound per sequence
@@ -46,10 +47,9 @@ struct Layout {
     int64_t v_span_elements = 0;
 };
 
-// A plan over an FP8 (e4m3) KV cache under 16-bit q (not an SM90 FP8 plan, whose q is e4m3 too).
-inline bool has_fp8_kv_cache(const Layout& layout) {
-    return layout.kv_dtype == FAS_DTYPE_E4M3 && layout.dtype != FAS_DTYPE_E4M3;
-}
+// A plan over a paged FP8 (e4m3) KV cache, under 16-bit or e4m3 q: the paged family's (an SM90 FP8
+// plan over contiguous e4m3 K and V is not one).
+inline bool has_fp8_kv_cache(const Layout& layout) { return layout.kv_dtype == FAS_DTYPE_E4M3 && layout.paged; }
 
 // A window that masks keys causal alone would not (a left limit, or a right one beyond the
 // diagonal): FA2 runs it through its local path, in its non-causal kernels.

@@ -58,7 +58,7 @@ MixedPlan::~MixedPlan() {
 }
 
 int mixed_split(const fas_plan_args& args) {
-    if (args.kv_layout != FAS_KV_PAGED || args.kv_dtype == FAS_DTYPE_E4M3) return 0;
+    if (args.kv_layout != FAS_KV_PAGED || args.kv_dtype == FAS_DTYPE_E4M3 || args.dtype == FAS_DTYPE_E4M3) return 0;
     const int n = args.batch_size;
     int head = 0, tail = 0;
     while (head < n && decode_shaped(args, head)) ++head;

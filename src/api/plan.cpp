@@ -61,8 +61,10 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("softcap is ", args.softcap, "; it must be a finite value > 0 (the cap) or 0 (off)"));
     }
-    if (args.softcap > 0.f && layout->dtype == FAS_DTYPE_E4M3) {
-        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans take no softcap yet; set softcap to 0");
+    // FP8 plans over paged caches run on the decode kernel, which takes both masks.
+    const bool sm90_fp8 = layout->dtype == FAS_DTYPE_E4M3 && !layout->paged;
+    if (args.softcap > 0.f && sm90_fp8) {
+        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no softcap yet; set softcap to 0");
     }
     layout->softcap = args.softcap;
     if (args.use_window == 0) return FAS_SUCCESS;
@@ -74,8 +76,8 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
                                "(no limit)"));
         }
     }
-    if (layout->dtype == FAS_DTYPE_E4M3) {
-        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans take no window yet; set use_window to 0");
+    if (sm90_fp8) {
+        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no window yet; set use_window to 0");
     }
     const auto clamp = [&](int width) { return width < 0 ? -1 : std::min(width, layout->max_seqlen_k); };
     layout->window_left = clamp(args.window_size_left);
@@ -131,14 +133,18 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
         return concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                       "; the paged kernels are built for 9.0");
     }
-    if (!is_16bit_dtype(layout.dtype)) return "the paged family takes fp16/bf16 q (and 16-bit or e4m3 caches)";
+    if (!is_16bit_dtype(layout.dtype) && !has_fp8_kv_cache(layout)) {
+        return "the paged family takes fp16/bf16 q, or e4m3 q over a paged e4m3 cache (FP8 plans over contiguous K "
+               "and V run on the SM90 FP8 kernels)";
+    }
     const int64_t out_width = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim;
     if (layout.out_row_stride != out_width) {
         return concat("out_row_stride is ", layout.out_row_stride, "; the paged kernels write out contiguously (",
                       out_width, " elements per row): pass 0");
     }
     std::string why;
-    *kernel = fas_paged::choose_kernel(layout.dtype, layout.kv_dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+    // The kernels are named by out's type: q's, or (e4m3 q) out_dtype.
+    *kernel = fas_paged::choose_kernel(layout.out_dtype, layout.kv_dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                        layout.num_heads_q / layout.num_heads_k, &why);
     if (*kernel == nullptr) return why;
     if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
@@ -360,8 +366,7 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     if (plan->mixed != nullptr) return run_mixed_plan(*plan->mixed, args);
     if (plan->paged != nullptr) {
-        return fas_paged::run_plan(*plan->paged, args.q, args.k, args.v, args.out, args.softmax_lse, args.page_indices,
-                                   args.k_descale, args.v_descale, args.stream);
+        return fas_paged::run_plan(*plan->paged, args);
     }
     if (plan->sm90 != nullptr) {
         const fas_sm90::RunTensors tensors{args.q,         args.k,         args.v,         args.out,        args.softmax_lse,

@@ -238,8 +238,8 @@ typedef struct fas_kernel_info {
                          * "sm90_paged" (over a paged KV cache: chunked
                          * prefill, exact head dim; since 0.2) or "paged" (plans only, exact head
                          * dim, 9.0; split_kv = 1; listed once per query tile size) or
-                         * "paged_e4m3kv" (the same over an FP8 e4m3 KV cache: dtype is q's; since
-                         * 0.4); static string */
+                         * "paged_e4m3kv" (the same over an FP8 e4m3 KV cache: dtype is q's, or
+                         * out's under e4m3 q; since 0.4); static string */
     fas_dtype out_dtype; /* element type of out: dtype itself, or fp16/bf16 for an E4M3 kernel */
 } fas_kernel_info;
 

@@ -111,7 +111,8 @@
  *   product, so expect errors of a few percent of the output's magnitude against an exact
  *   reference on the same e4m3 inputs (tests/gpu/reference.h states the bound). There is no
  *   FA2 fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or
- *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan.
+ *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan. FP8 plans over a
+ *   PAGED cache run on the paged family instead, with their own rules: FP8 KV CACHE.
  *
  *   Plan runs, both families: out has the varlen layout above; the scale, masking (bottom-right
  *   causal), GQA and alignment rules are those of fas_fwd. The LSE is natural-log, but its
@@ -174,6 +175,14 @@
  *   cache. Row strides and page strides of the caches must be multiples of 16 elements
  *   (bytes), the caches 16-byte aligned. Batches with an FP8 cache are not split into mixed
  *   plans (both parts would run the same kernel).
+ *   FP8 q as well (dtype FAS_DTYPE_E4M3 with kv_layout FAS_KV_PAGED; kv_dtype 0 or
+ *   FAS_DTYPE_E4M3, out fp16/bf16 as out_dtype says): q holds e4m3 values, its row stride a
+ *   multiple of 16 elements, and runs may pass q_descale[num_heads_q] (DEVICE fp32, 4-byte
+ *   aligned, NULL = 1; real q = stored value * descale of its head) beside the required
+ *   k_descale and v_descale. The same kernel serves it (the one built for out_dtype), at every
+ *   query length, with windows and softcap; it rounds q * q_descale to fp16 (exact when the
+ *   descales are powers of two, else within 2^-11 relative per element) and computes the rest
+ *   as above (no e4m3 rounding of the probabilities, unlike the SM90 FP8 kernels).
  *
  *   MIXED PLANS (since 0.4): a paged batch in which some sequences decode (at most 8 queries each)
  *   and others are in chunked prefill, as a continuous-batching scheduler produces it, becomes

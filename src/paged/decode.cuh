@@ -53,8 +53,9 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const T* src, bool valid) {
         reinterpret_cast<T*>(dst), src, valid);
 }
 
-// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3).
-template <typename T, typename KV, int HeadDim, bool Causal, bool Long>
+// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); QFp8: q is e4m3 instead (e4m3
+// caches only; fp8::QStaging).
+template <typename T, typename KV, int HeadDim, bool Causal, bool Long, bool QFp8>
 __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
                                   Shape<HeadDim, Long, sizeof(KV)>::kCtasPerSm)
     kernel(const __grid_constant__ LaunchArgs a) {
@@ -102,12 +103,13 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     // E4M3: through registers instead, permuted (fp8::QStaging); its cp.async group stays empty.
     constexpr int kQChunks = HeadDim / 8;  // 16-byte chunks of a q or out row
     const T* q = static_cast<const T*>(a.q);
-    fp8::QStaging<T, HeadDim, S::kThreads, kFp8> q_staging;
+    fp8::QStaging<T, HeadDim, S::kThreads, kFp8, QFp8> q_staging;
     if constexpr (kFp8) {
-        q_staging.load(tid, [&](int row, bool* valid) {
-            const int packed = row0 + row, token = packed / group, head = kv_head * group + packed % group;
+        q_staging.load(tid, a.q, a.q_descale, [&](int row, bool* valid, int* head) {
+            const int packed = row0 + row, token = packed / group;
+            *head = kv_head * group + packed % group;
             *valid = token < qo_len;
-            return q + static_cast<int64_t>(q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
+            return static_cast<int64_t>(q_begin + (*valid ? token : 0)) * a.q_row_stride + *head * HeadDim;
         });
     } else {
         for (int i = tid; i < 16 * kQChunks; i += S::kThreads) {
@@ -242,58 +244,81 @@ struct DecodeLaunch {
     }
 };
 
-template <int Dtype, int KvDtype, int HeadDim, bool Causal, DecodeShape S>
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, DecodeShape S, bool QFp8>
 constexpr auto decode_launch() {
     static_assert(KvDtype == Dtype || KvDtype == FAS_DTYPE_E4M3, "caches hold q's type or e4m3");
+    static_assert(!QFp8 || KvDtype == FAS_DTYPE_E4M3, "e4m3 q only over e4m3 caches");
     using T = typename Element<Dtype>::type;
     using KV = typename Element<KvDtype>::type;
     constexpr int kBytes = static_cast<int>(sizeof(KV));
     if constexpr (is_stream(S)) {
         constexpr bool kWide = S == kWideStream;
-        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide>;
+        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8>;
         return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide>, true>{kernel};
     } else {
-        constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong>;
+        constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong, QFp8>;
         return DecodeLaunch<decltype(kernel), decode::Shape<HeadDim, S == kLong, kBytes>, false>{kernel};
     }
 }
 
-// Called at plan creation on the plan's device (opts the shape into its shared memory there).
-template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t occupancy_decode(DecodeShape shape, int* ctas_per_sm) {
-    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
+// Whether the kernel has a shape (kShort and kStream: always).
+template <int KvDtype, int HeadDim, int TileQ>
+constexpr bool has_shape(DecodeShape shape) {
+    return shape == kLong       ? has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)
+           : shape == kWideStream ? has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)
+                                  : true;
+}
+
+// fn(launch) with the decode_launch of a shape; cudaErrorInvalidValue for a shape the kernel lacks.
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, bool QFp8, typename Fn>
+cudaError_t with_shape(DecodeShape shape, const Fn& fn) {
     switch (shape) {
-        case kShort: return decode_launch<Dtype, KvDtype, HeadDim, Causal, kShort>().occupancy(ctas_per_sm);
-        case kStream: return decode_launch<Dtype, KvDtype, HeadDim, Causal, kStream>().occupancy(ctas_per_sm);
+        case kShort: return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kShort, QFp8>());
+        case kStream: return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kStream, QFp8>());
         case kLong:
-            if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
-                return decode_launch<Dtype, KvDtype, HeadDim, Causal, kLong>().occupancy(ctas_per_sm);
+            if constexpr (has_shape<KvDtype, HeadDim, 16>(kLong)) {
+                return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kLong, QFp8>());
             }
             break;
         case kWideStream:
-            if constexpr (has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)) {
-                return decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream>().occupancy(ctas_per_sm);
+            if constexpr (has_shape<KvDtype, HeadDim, 16>(kWideStream)) {
+                return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream, QFp8>());
             }
             break;
     }
+    return cudaErrorInvalidValue;
+}
+
+// Called at plan creation on the plan's device (opts the shape into its shared memory there).
+// e4m3 caches: the e4m3-q kernels too (their launch bounds give both the same CTAs per SM; the
+// smaller count is reported should they differ).
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t occupancy_decode(DecodeShape shape, int* ctas_per_sm) {
+    static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
     *ctas_per_sm = 0;
-    return cudaSuccess;
+    if (!has_shape<KvDtype, HeadDim, TileQ>(shape)) return cudaSuccess;
+    const auto occupancy = [&](const auto& launch) { return launch.occupancy(ctas_per_sm); };
+    cudaError_t error = with_shape<Dtype, KvDtype, HeadDim, Causal, false>(shape, occupancy);
+    if constexpr (KvDtype == FAS_DTYPE_E4M3) {
+        int fp8_q_ctas = 0;
+        if (error == cudaSuccess) {
+            error = with_shape<Dtype, KvDtype, HeadDim, Causal, true>(
+                shape, [&](const auto& launch) { return launch.occupancy(&fp8_q_ctas); });
+        }
+        *ctas_per_sm = std::min(*ctas_per_sm, fp8_q_ctas);
+    }
+    return error;
 }
 
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(TileQ == 16, "the decode kernel packs 16 rows per tile");
-    cudaError_t error = cudaErrorInvalidValue;  // a plan of a shape this kernel lacks
-    if (a.shape == kShort) {
-        error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kShort>().launch(a, stream);
-    } else if (a.shape == kStream) {
-        error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kStream>().launch(a, stream);
-    } else if (a.shape == kWideStream) {
-        if constexpr (has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)) {
-            error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream>().launch(a, stream);
-        }
-    } else if constexpr (has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)) {
-        error = decode_launch<Dtype, KvDtype, HeadDim, Causal, kLong>().launch(a, stream);
+    const auto launch = [&](const auto& shape_launch) { return shape_launch.launch(a, stream); };
+    cudaError_t error = cudaErrorInvalidValue;  // a plan this kernel cannot run
+    if (!a.q_fp8) {
+        error = with_shape<Dtype, KvDtype, HeadDim, Causal, false>(a.shape, launch);
+    } else if constexpr (KvDtype == FAS_DTYPE_E4M3) {
+        error = with_shape<Dtype, KvDtype, HeadDim, Causal, true>(a.shape, launch);
     }
     if (error != cudaSuccess || !a.split) return error;
     return launch_merge<float, typename Element<Dtype>::type, HeadDim>(a, stream);

@@ -159,8 +159,9 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     }
 }
 
-// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream.
-template <typename T, typename KV, int HeadDim, bool Causal, bool Wide>
+// T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
+// (e4m3 caches only).
+template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8>
 __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThreads, 1)
     stream_kernel(const __grid_constant__ LaunchArgs a) {
     using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide>;
@@ -224,11 +225,12 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
         const int row0 = w.qo_tile * 16;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
         if constexpr (kFp8) {
-            fp8::QStaging<T, HeadDim, kConsumers, true> staging;
-            staging.load(tid, [&](int row, bool* valid) {
-                const int packed = row0 + row, token = packed / group, head = w.kv_head * group + packed % group;
+            fp8::QStaging<T, HeadDim, kConsumers, true, QFp8> staging;
+            staging.load(tid, a.q, a.q_descale, [&](int row, bool* valid, int* head) {
+                const int packed = row0 + row, token = packed / group;
+                *head = w.kv_head * group + packed % group;
                 *valid = token < w.qo_len;
-                return q + static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + head * HeadDim;
+                return static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + *head * HeadDim;
             });
             q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
             staging.store(q_tile, tid, q_scale, q_offset);

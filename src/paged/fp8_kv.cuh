@@ -144,25 +144,37 @@ __device__ __forceinline__ void store_partial(float* row_g, const float (&o)[Hea
 // first chunk and 1, 3, 5, 7 in its second (the order k_fragments delivers K in). bf16 q is
 // multiplied by a power of two that puts the tile's largest |q| just under 2^15 (exact: only the
 // mantissa's rounding to fp16's 11 bits, finer than bf16's 8, and values 2^29 below the largest
-// going subnormal). Unused when !Used.
-template <typename T, int HeadDim, int Threads, bool Used>
+// going subnormal). e4m3 q (QFp8: an FP8 plan) is dequantized by its head's q_descale and
+// rescaled the same way (exact for power-of-two descales, else rounded to fp16). Unused when !Used.
+template <typename T, int HeadDim, int Threads, bool Used, bool QFp8>
 struct QStaging {
     static constexpr int kSpansPerRow = HeadDim / 16;
     static constexpr int kSpans = Used ? (16 * kSpansPerRow + Threads - 1) / Threads : 0;  // per thread
     static constexpr bool kRescale = !std::is_same_v<T, half>;
+    // A span's 16-bit q: words[n][0..1]; its e4m3 q: words[n][0] and the head's descale (float
+    // bits) in words[n][1].x.
     uint4 words[kSpans > 0 ? kSpans : 1][2];
 
-    // row_of(row, &valid): the tile row's q (elements), valid false for rows past the queries.
+    // row_of(row, &valid, &head): the tile row's first element in q, its query head, valid false
+    // for rows past the queries. q_descale: [num_heads_q] or NULL (= 1), e4m3 q only.
     template <typename RowOf>
-    __device__ __forceinline__ void load(int tid, const RowOf& row_of) {
+    __device__ __forceinline__ void load(int tid, const void* q, const float* q_descale, const RowOf& row_of) {
 #pragma unroll
         for (int n = 0; n < kSpans; ++n) {
             const int i = tid + n * Threads;
             bool valid = false;
             if (i < 16 * kSpansPerRow) {
-                const auto* row = row_of(i / kSpansPerRow, &valid);
-                const uint4* src = reinterpret_cast<const uint4*>(row + i % kSpansPerRow * 16);
-                if (valid) words[n][0] = src[0], words[n][1] = src[1];
+                int head = 0;
+                const int64_t at = row_of(i / kSpansPerRow, &valid, &head) + i % kSpansPerRow * 16;
+                if constexpr (QFp8) {
+                    if (valid) {
+                        words[n][0] = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(q) + at);
+                        words[n][1].x = __float_as_uint(q_descale != nullptr ? q_descale[head] : 1.f);
+                    }
+                } else if (valid) {
+                    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(q) + at);
+                    words[n][0] = src[0], words[n][1] = src[1];
+                }
             }
             if (!valid) words[n][0] = words[n][1] = make_uint4(0, 0, 0, 0);
         }
@@ -172,20 +184,31 @@ struct QStaging {
     // (shared memory nothing else uses meanwhile); one barrier of the Threads, `sync`.
     template <typename Sync>
     __device__ __forceinline__ float scale(int warp, int lane, float* scratch, const Sync& sync) const {
-        if constexpr (!kRescale) return 1.f;
-        uint32_t top = 0;  // largest |q| bits (bf16 magnitudes order as unsigned integers)
+        if constexpr (!kRescale && !QFp8) return 1.f;
+        uint32_t top = 0;  // largest |q| as float bits (non-negative floats order as unsigned integers)
 #pragma unroll
         for (int n = 0; n < kSpans; ++n) {
+            if constexpr (QFp8) {  // e4m3 magnitudes order as unsigned bytes too
+                const uint4 w = words[n][0];
+                const uint32_t m = __vmaxu4(__vmaxu4(w.x & 0x7f7f7f7fu, w.y & 0x7f7f7f7fu),
+                                            __vmaxu4(w.z & 0x7f7f7f7fu, w.w & 0x7f7f7f7fu));
+                const uint32_t byte = max(max(m & 0xffu, (m >> 8) & 0xffu), max((m >> 16) & 0xffu, m >> 24));
+                const float largest = __half2float(__half(__nv_cvt_fp8_to_halfraw(
+                                          static_cast<__nv_fp8_storage_t>(byte), __NV_E4M3))) *
+                                      fabsf(__uint_as_float(words[n][1].x));
+                top = max(top, __float_as_uint(largest));
+            } else {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                for (uint32_t word : {words[n][h].x, words[n][h].y, words[n][h].z, words[n][h].w}) {
-                    top = max(top, max(word & 0x7fffu, (word >> 16) & 0x7fffu));
+                for (int h = 0; h < 2; ++h) {
+                    for (uint32_t word : {words[n][h].x, words[n][h].y, words[n][h].z, words[n][h].w}) {
+                        top = max(top, max(word & 0x7fffu, (word >> 16) & 0x7fffu) << 16);  // bf16 -> float bits
+                    }
                 }
             }
         }
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) top = max(top, __shfl_xor_sync(0xffffffff, top, offset));
-        if (lane == 0) scratch[warp] = __uint_as_float(top << 16);
+        if (lane == 0) scratch[warp] = __uint_as_float(top);
         sync();
         float largest = 0.f;
         for (int w = 0; w < Threads / 32; ++w) largest = fmaxf(largest, scratch[w]);
@@ -203,6 +226,14 @@ struct QStaging {
         return *reinterpret_cast<const uint32_t*>(&h);
     }
 
+    // A pair of e4m3 values (the low 16 bits of x) as an fp16 pair, times factor.
+    __device__ __forceinline__ static uint32_t e4m3_to_half2(uint32_t x, float factor) {
+        const uint32_t exact = widen(x);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&exact));
+        const __half2 h = __floats2half2_rn(f.x * factor, f.y * factor);
+        return *reinterpret_cast<const uint32_t*>(&h);
+    }
+
     // offset(row, chunk): the 16-bit tile's byte offset of a 16-byte chunk.
     template <typename Offset>
     __device__ __forceinline__ void store(uint8_t* q_smem, int tid, float q_scale, const Offset& offset) const {
@@ -210,10 +241,20 @@ struct QStaging {
         for (int n = 0; n < kSpans; ++n) {
             const int i = tid + n * Threads, row = i / kSpansPerRow, span = i % kSpansPerRow;
             if (i >= 16 * kSpansPerRow) continue;
-            uint4 in[2] = {words[n][0], words[n][1]};  // dim pairs 0-3, 4-7
-            for (uint4& w : in) {
-                w = make_uint4(to_half2(w.x, q_scale), to_half2(w.y, q_scale), to_half2(w.z, q_scale),
-                               to_half2(w.w, q_scale));
+            uint4 in[2];  // dim pairs 0-3, 4-7 as fp16
+            if constexpr (QFp8) {
+                const uint4 w = words[n][0];
+                const float factor = __uint_as_float(words[n][1].x) * q_scale;
+                in[0] = make_uint4(e4m3_to_half2(w.x, factor), e4m3_to_half2(w.x >> 16, factor),
+                                   e4m3_to_half2(w.y, factor), e4m3_to_half2(w.y >> 16, factor));
+                in[1] = make_uint4(e4m3_to_half2(w.z, factor), e4m3_to_half2(w.z >> 16, factor),
+                                   e4m3_to_half2(w.w, factor), e4m3_to_half2(w.w >> 16, factor));
+            } else {
+                in[0] = words[n][0], in[1] = words[n][1];
+                for (uint4& w : in) {
+                    w = make_uint4(to_half2(w.x, q_scale), to_half2(w.y, q_scale), to_half2(w.z, q_scale),
+                                   to_half2(w.w, q_scale));
+                }
             }
             uint4* const out = reinterpret_cast<uint4*>(q_smem);
             out[offset(row, 2 * span) / 16] = make_uint4(in[0].x, in[0].z, in[1].x, in[1].z);

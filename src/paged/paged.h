@@ -5,7 +5,7 @@
 // FlashInfer's FA2-class tensor-core batch prefill (launch.cuh). Kernel TUs
 // (kernels/paged_*.cu) define launch_paged / occupancy_paged from those templates. KV caches
 // hold q's type, or FP8 e4m3 with per-KV-head descales (the decode kernel only, at any query
-// length: fp8_kv.cuh).
+// length: fp8_kv.cuh), under fp16/bf16 q or e4m3 q with per-head descales (an FP8 plan).
 #ifndef FAS_PAGED_PAGED_H
 #define FAS_PAGED_PAGED_H
 
@@ -67,6 +67,11 @@ struct LaunchArgs {
     // on the device, NULL meaning 1. 16-bit caches ignore them.
     const float* k_descale;
     const float* v_descale;
+    // e4m3 caches only: q holds e4m3 values too (an FP8 plan; a q row stride in bytes), real q =
+    // stored * q_descale[q_head] ([num_heads_q] floats, NULL meaning 1); out stays T. The e4m3
+    // TUs compile each shape twice, for 16-bit and for e4m3 q, and q_fp8 picks the launch.
+    bool q_fp8;
+    const float* q_descale;
     // kStream: the caches as tensor maps (tensor_map.h; a box is 1 << box_shift rows of one
     // 128-byte segment of a KV head's row), the plan's with each run's cache address. tma_flat:
     // the map's rows are the cache's rows, one page of them (contiguous KV: row = page x
@@ -211,10 +216,9 @@ int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size);
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out);
-// k_descale, v_descale: device [num_heads_k] or NULL (e4m3 caches; 16-bit ones ignore them).
-fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const int32_t* page_indices, const float* k_descale, const float* v_descale,
-                    cudaStream_t stream);
+// One run with the tensors of `run` (its descales: e4m3 caches need k_descale and v_descale,
+// e4m3 q takes q_descale; the others ignore them).
+fas_status run_plan(const Plan& plan, const fas_plan_run_args& run);
 fas_status retire_plan(Plan* plan, cudaStream_t stream);
 
 }  // namespace fas_paged

@@ -289,6 +289,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     }
     a.window_left = layout.window_left;
     a.softcap = layout.softcap;
+    a.q_fp8 = layout.dtype == FAS_DTYPE_E4M3;  // an FP8 plan: e4m3 q over the e4m3 caches
     if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
 
     plan->kernel = kernel;
@@ -302,47 +303,50 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     return FAS_SUCCESS;
 }
 
-fas_status run_plan(const Plan& plan, const void* q, const void* k, const void* v, void* out, float* softmax_lse,
-                    const int32_t* page_indices, const float* k_descale, const float* v_descale,
-                    cudaStream_t stream) {
+fas_status run_plan(const Plan& plan, const fas_plan_run_args& run) {
     LaunchArgs a = plan.args;
     if (!plan.contiguous_kv) {
-        if (const fas_status status = fas::check_page_indices(page_indices, plan.total_pages); status != FAS_SUCCESS) {
+        if (const fas_status status = fas::check_page_indices(run.page_indices, plan.total_pages);
+            status != FAS_SUCCESS) {
             return status;
         }
-        a.page_indices = page_indices;
+        a.page_indices = run.page_indices;
     }
-    a.q = q;
-    a.k_cache = k;
-    a.v_cache = v;
-    a.out = out;
-    a.lse = softmax_lse;
+    a.q = run.q;
+    a.k_cache = run.k;
+    a.v_cache = run.v;
+    a.out = run.out;
+    a.lse = run.softmax_lse;
     if (plan.kernel->kv_dtype == FAS_DTYPE_E4M3) {
-        if (k_descale == nullptr || v_descale == nullptr) {
+        if (run.k_descale == nullptr || run.v_descale == nullptr) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,
                         "the plan reads an FP8 (e4m3) KV cache: pass k_descale and v_descale (DEVICE fp32 arrays "
                         "of num_heads_k, the scales the caches were quantized with) in fas_plan_run_args");
         }
-        if (!fas::is_aligned(k_descale, sizeof(float)) || !fas::is_aligned(v_descale, sizeof(float))) {
-            return fail(FAS_ERROR_INVALID_ARGUMENT, "k_descale / v_descale must be 4-byte aligned");
+        for (const auto& [descale, name] : {std::pair<const float*, const char*>{run.k_descale, "k_descale"},
+                                            {run.v_descale, "v_descale"}, {run.q_descale, "q_descale"}}) {
+            if (!fas::is_aligned(descale, sizeof(float))) {
+                return fail(FAS_ERROR_INVALID_ARGUMENT, fas::concat(name, " must be 4-byte aligned"));
+            }
         }
+        a.k_descale = run.k_descale;
+        a.v_descale = run.v_descale;
+        a.q_descale = a.q_fp8 ? run.q_descale : nullptr;
     }
-    a.k_descale = k_descale;
-    a.v_descale = v_descale;
     if (is_stream(a.shape)) {  // the plan's tensor maps, with this run's caches
         std::string why;
-        if (!replace_address(&a.k_map, k, &why) || !replace_address(&a.v_map, v, &why)) {
+        if (!replace_address(&a.k_map, run.k, &why) || !replace_address(&a.v_map, run.v, &why)) {
             return fail(FAS_ERROR_CUDA, why);
         }
     }
-    cudaError_t error = fas::device_block_prepare_run(plan.block, stream);
+    cudaError_t error = fas::device_block_prepare_run(plan.block, run.stream);
     if (error != cudaSuccess) return fail_cuda(error, "waiting for the paged schedule upload (cudaStreamWaitEvent)");
-    error = plan.kernel->launch(a, stream);
+    error = plan.kernel->launch(a, run.stream);
     if (error != cudaSuccess) return fail_cuda(error, "paged kernel launch");
-    if (softmax_lse == nullptr) return FAS_SUCCESS;
+    if (run.softmax_lse == nullptr) return FAS_SUCCESS;
     const int64_t first = static_cast<int64_t>(a.first_row) * a.num_heads_q;
-    error = fas::convert_lse_log2_to_ln(softmax_lse + first, static_cast<int64_t>(plan.total_q) * a.num_heads_q - first,
-                                        a.sm_count, stream);
+    error = fas::convert_lse_log2_to_ln(run.softmax_lse + first, static_cast<int64_t>(plan.total_q) * a.num_heads_q - first,
+                                        a.sm_count, run.stream);
     if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
     return FAS_SUCCESS;
 }

@@ -86,7 +86,8 @@ const Kernel* choose_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, b
     *why = fas::concat("no paged kernel ", dtypes_name(dtype, kv_dtype), "/hd", head_dim, causal ? "/causal" : "/full",
                        " is built for ", max_query_len, " queries x ", group,
                        " packed heads per tile (paged kernels of this build: ", built.empty() ? "none" : built,
-                       "; they serve their exact head dim, fp16/bf16 q with caches of q's type or e4m3)");
+                       "; they serve their exact head dim, fp16/bf16 q with caches of q's type or e4m3; e4m3 q runs on the "
+                       "e4m3-KV kernel of its out_dtype)");
     return nullptr;
 }
 

@@ -26,6 +26,9 @@ struct PagedCase {
     float softcap = 0.f;
     int expect_decode_sequences = 0;  // > 0: a mixed plan whose decode part has this many sequences
     bool fp8_kv = false;  // e4m3 caches with per-head descales (FP8 KV CACHE); q and out stay dtype
+    // An FP8 plan over the e4m3 caches: q e4m3 with per-head descales, out dtype (the kernel
+    // rounds q * descale to fp16, so the reference reads q so rounded); kv_dtype left 0.
+    bool fp8_q = false;
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -63,7 +66,15 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     const size_t cache_elements = static_cast<size_t>(num_pages) * c.page_size * c.heads_kv * c.head_dim;
 
     std::mt19937_64 rng(seed);
-    const RoundedTensor q = random_tensor(dtype, q_elements, rng);
+    RoundedTensor q;
+    QuantizedTensor q8;
+    if (c.fp8_q) {
+        q8 = random_e4m3_tensor(total_q, c.heads_q, c.head_dim, rng);
+        q.values.resize(q_elements);
+        for (size_t i = 0; i < q_elements; ++i) q.values[i] = fp16_to_float(float_to_fp16(q8.values[i]));
+    } else {
+        q = random_tensor(dtype, q_elements, rng);
+    }
     // 16-bit caches hold k and v rounded to dtype; e4m3 ones e4m3 values whose reference values
     // are stored value * descale of the head.
     RoundedTensor k, v;
@@ -78,11 +89,16 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         v = random_tensor(dtype, kv_elements, rng);
     }
     const size_t kv_bytes = c.fp8_kv ? 1 : 2;
-    DeviceBuffer q_dev(q_elements * 2), k_dev(cache_elements * kv_bytes), v_dev(cache_elements * kv_bytes);
+    DeviceBuffer q_dev(q_elements * (c.fp8_q ? 1 : 2)), k_dev(cache_elements * kv_bytes), v_dev(cache_elements * kv_bytes);
     DeviceBuffer out_dev(q_elements * 2), lse_dev(total_q * c.heads_q * sizeof(float));
     DeviceBuffer ids_dev(std::max(total_pages, 1) * sizeof(int32_t));
-    DeviceBuffer descale_dev(2 * c.heads_kv * sizeof(float));
-    upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
+    DeviceBuffer descale_dev((2 * c.heads_kv + c.heads_q) * sizeof(float));  // k, v, q
+    if (c.fp8_q) {
+        upload(q_dev.as<void>(), q8.bits.data(), q_dev.bytes());
+        upload(descale_dev.as<float>() + 2 * c.heads_kv, q8.descale.data(), c.heads_q * sizeof(float));
+    } else {
+        upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
+    }
     if (c.fp8_kv) {
         upload(descale_dev.as<void>(), k8.descale.data(), c.heads_kv * sizeof(float));
         upload(descale_dev.as<float>() + c.heads_kv, v8.descale.data(), c.heads_kv * sizeof(float));
@@ -104,7 +120,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     for (int length : c.seqlens_q) cu_q.push_back(cu_q.back() + length);
     fas_plan_args args;
     fas_plan_args_init(&args);
-    args.dtype = dtype;
+    args.dtype = c.fp8_q ? FAS_DTYPE_E4M3 : dtype;
+    args.out_dtype = dtype;
     args.cu_seqlens_q = cu_q.data();
     args.batch_size = batch;
     args.num_heads_q = c.heads_q;
@@ -120,7 +137,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     args.window_size_left = c.window_left;
     args.window_size_right = 0;
     args.softcap = c.softcap;
-    args.kv_dtype = c.fp8_kv ? FAS_DTYPE_E4M3 : FAS_DTYPE_FP16;
+    args.kv_dtype = c.fp8_kv && !c.fp8_q ? FAS_DTYPE_E4M3 : FAS_DTYPE_FP16;  // FP8 plans: 0 = e4m3 caches
     fas_plan* plan = nullptr;
     if (fas_plan_create(&args, &plan) != FAS_SUCCESS) {
         return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
@@ -155,7 +172,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         (mixed && (info.decode_sequences != c.expect_decode_sequences ||
                    info.prefill_family != (sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED))) ||
         (!mixed && (info.decode_sequences != 0 || info.prefill_family != 0)) ||
-        (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR || queried != FAS_SUCCESS ||
+        // fas_query_paged_support answers for caches of q's type only, so not for e4m3 caches.
+        (c.expect_split && info.kv_splits < 2) || info.lse_layout != FAS_LSE_TOKEN_MAJOR ||
+        (!c.fp8_kv && queried != FAS_SUCCESS) ||
         (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
         // The query assumes a layout the SM90 paged kernels take; expect_family cases break that.
         (c.fp8_kv && info.query_tile_rows != 16) ||
@@ -177,6 +196,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     if (c.fp8_kv) {
         run.k_descale = descale_dev.as<float>();
         run.v_descale = descale_dev.as<float>() + c.heads_kv;
+        if (c.fp8_q) run.q_descale = descale_dev.as<float>() + 2 * c.heads_kv;
     }
     std::vector<uint16_t> outs[2];
     std::vector<float> lses[2];
@@ -224,7 +244,8 @@ std::string describe(const PagedCase& c, fas_dtype dtype) {
     const std::string masks = (c.window_left >= 0 ? " window=" + std::to_string(c.window_left) : std::string()) +
                               (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string());
     std::snprintf(text, sizeof text, "%-26s %s%s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
-                  dtype_name(dtype), c.fp8_kv ? " kv=e4m3" : "", c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
+                  c.fp8_q ? (std::string("e4m3->") + dtype_name(dtype)).c_str() : dtype_name(dtype),
+                  c.fp8_kv ? " kv=e4m3" : "", c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
                   c.page_size,
                   c.seqlens_q.size(), *std::min_element(c.seqlens_q.begin(), c.seqlens_q.end()),
                   *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()),
@@ -346,9 +367,17 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             fp8.push_back({"fp8kv-decode-many", 16, 2, head_dim, true, 4, std::vector<int>(400, 1),
                            std::vector<int>(400, 300), false, 2});
         }
-        for (PagedCase& c : fp8) {
-            c.fp8_kv = true;
-            cases.push_back(c);
+        // FP8 plans (e4m3 q too) on the same kernel: decode, a split, speculative queries on pages
+        // of 1, chunked prefill, both masks, and a wave of 40 (stream or dense shape).
+        for (size_t i = 0; i < 6; ++i) {
+            PagedCase c = fp8[i];
+            c.name = "fp8q" + c.name.substr(5);
+            c.fp8_q = true;
+            fp8.push_back(c);
+        }
+        for (size_t i = 0; i < fp8.size(); ++i) {
+            fp8[i].fp8_kv = true;
+            cases.push_back(fp8[i]);
         }
     }
     // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream

@@ -1,6 +1,7 @@
 // Paged plans and runs given bad arguments (paged.cpp runs them where a head dim 128 paged kernel
 // is built): each refused with FAS_ERROR_INVALID_ARGUMENT, a message and no CUDA error left
-// pending; a valid FP8 KV plan in a build without e4m3-KV kernels: FAS_ERROR_NOT_BUILT.
+// pending; a valid FP8 KV plan (16-bit or e4m3 q) in a build without e4m3-KV kernels:
+// FAS_ERROR_NOT_BUILT.
 #include "reference.h"
 
 #include <cstring>
@@ -25,11 +26,13 @@ const char* const kPagedMisuse[] = {
     "FP8 KV plan (kv_dtype e4m3) over a varlen KV layout",
     "FP8 KV plan with k_row_stride 264 (not a multiple of 16)",
     "FP8 KV plan with kv_dtype 9",
+    "FP8 plan (e4m3 q) over a paged cache with kv_dtype bf16",
     "FP8 KV run without k_descale",
     "FP8 KV run without v_descale",
+    "FP8 plan (e4m3 q) run with a q_descale not 4-byte aligned",
 };
 constexpr int kFirstFp8Misuse = 10;
-constexpr int kFp8RunMisuse = 13;  // from here on the cases need an e4m3-KV kernel to plan
+constexpr int kFp8RunMisuse = 14;  // from here on the cases need an e4m3-KV kernel to plan
 
 CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     DeviceBuffer q_dev(1 << 16), k_dev(1 << 20), v_dev(1 << 20), out_dev(1 << 16), ids_dev(64);
@@ -59,6 +62,11 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
             args.cu_seqlens_k = cu_k;
         }
         if (which == 11) args.k_row_stride = 264;
+        if (which == 13 || which == 16) {  // e4m3 q, out dtype
+            args.dtype = FAS_DTYPE_E4M3;
+            args.out_dtype = dtype;
+            args.kv_dtype = which == 13 ? FAS_DTYPE_BF16 : FAS_DTYPE_E4M3;
+        }
     }
     fas_plan* plan = nullptr;
     fas_status status = fas_plan_create(&args, &plan);
@@ -73,8 +81,9 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
         run.out = which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>();
         run.page_indices = which == 8 ? nullptr : ids_dev.as<int32_t>();
         run.stream = stream;
-        run.k_descale = which == 13 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
-        run.v_descale = which == 14 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
+        run.k_descale = which == 14 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
+        run.v_descale = which == 15 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
+        if (which == 16) run.q_descale = reinterpret_cast<const float*>(out_dev.as<char>() + 8194);
         status = fas_plan_run(plan, &run);
     }
     const std::string message = fas_get_last_error();
@@ -82,12 +91,14 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     return refusal_outcome(status, message, false);
 }
 
-// A valid FP8 KV plan in a build without e4m3-KV kernels: FAS_ERROR_NOT_BUILT with a message.
-CaseOutcome run_fp8_not_built(fas_dtype dtype) {
+// A valid FP8 KV plan (16-bit or, fp8_q, e4m3 q) in a build without e4m3-KV kernels:
+// FAS_ERROR_NOT_BUILT with a message.
+CaseOutcome run_fp8_not_built(fas_dtype dtype, bool fp8_q) {
     const int32_t cu_q[2] = {0, 1}, lengths[1] = {40}, ids[3] = {0, 1, 2};
     fas_plan_args args;
     fas_plan_args_init(&args);
-    args.dtype = dtype;
+    args.dtype = fp8_q ? FAS_DTYPE_E4M3 : dtype;
+    args.out_dtype = dtype;
     args.kv_dtype = FAS_DTYPE_E4M3;
     args.cu_seqlens_q = cu_q;
     args.batch_size = 1;
@@ -117,8 +128,10 @@ void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tall
         report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
     }
     if (!fp8_built) {  // a build without the e4m3-KV kernels says so
-        report("FP8 KV plan where no e4m3-KV kernel is built", guarded([&] { return run_fp8_not_built(dtype); }),
+        report("FP8 KV plan where no e4m3-KV kernel is built", guarded([&] { return run_fp8_not_built(dtype, false); }),
                tally);
+        report("FP8 plan (e4m3 q) over a paged cache where no e4m3-KV kernel is built",
+               guarded([&] { return run_fp8_not_built(dtype, true); }), tally);
     }
 }
 
