@@ -44,9 +44,7 @@ def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo
 
 
 def test_hopper_check_is_what_full_adds_on_hopper_beyond_minimal(repo):
-    # The e4m3-KV decode kernels are left out of hopper-check for now.
-    sm90 = {n for n in names(repo, "full")
-            if n.startswith(("sm90", "paged")) and not n.startswith("paged_decode_e4m3kv")}
+    sm90 = {n for n in names(repo, "full") if n.startswith(("sm90", "paged"))}
     assert set(names(repo, "hopper-check")) == sm90 - set(names(repo, "minimal"))
 
 
