@@ -122,8 +122,12 @@ CaseOutcome run_fp8_not_built(fas_dtype dtype, bool fp8_q) {
 }  // namespace
 
 void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally) {
+    // Run misuse needs a plan: of the 16-bit hd128 decode kernel, or of the e4m3-KV one (a build
+    // may hold either, e.g. hopper-check only the latter).
+    const bool paged_built = has_kernel("paged", dtype, 128, true);
     const bool fp8_built = has_kernel("paged_e4m3kv", dtype, 128, true);
     for (int which = 0; which < static_cast<int>(sizeof kPagedMisuse / sizeof kPagedMisuse[0]); ++which) {
+        if (which >= 8 && which < kFirstFp8Misuse && !paged_built) continue;
         if (which >= kFp8RunMisuse && !fp8_built) continue;
         report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
     }
