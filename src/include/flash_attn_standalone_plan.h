@@ -383,7 +383,7 @@ typedef struct fas_plan_info {
                            * decode kernel (16-row tiles) runs 1 on cards whose memory outruns its
                            * cp.async shapes (an H200: a persistent CTA per SM loading with the TMA
                            * engine) where pages hold a multiple of 8 rows or the KV is contiguous,
-                           * and so on every card over an FP8 KV cache at head dim 128;
+                           * and so on every card over an FP8 KV cache at head dim 128 or 256;
                            * otherwise 1 for long KV chunks (CTAs averaging more than 2048 keys,
                            * head dim 128), else 2; over an FP8 KV cache 3 when the plan fills at
                            * most a wave of those, else 2; SM90 plans 1 */

@@ -97,8 +97,8 @@ cudaError_t occupancy_paged(DecodeShape shape, int* ctas_per_sm);
 // The decode kernel (16-row tiles) has three shapes, chosen per plan. Stream (and its wide form): a
 // persistent CTA per SM whose producer warp copies boxes of page rows with the TMA engine while
 // consumer warps compute (docs/design/decode-roofline.md), every plan whose pages hold a multiple
-// of kMinStreamBox rows (and contiguous KV) on the cards below, and e4m3 plans at head dim 128 on
-// every card. The other two, whose warps both load (cp.async, a row at a time) and compute, take
+// of kMinStreamBox rows (and contiguous KV) on the cards below, and e4m3 plans at head dims 128
+// and 256 on every card. The other two, whose warps both load (cp.async, a row at a time) and compute, take
 // the other plans. Short: two CTAs per SM, each warp 16 keys of a 64-key stage (32 at head dim
 // 256). Long (head dim 128): one CTA per SM, each warp 32 keys of a 128-key stage in a 200 KiB
 // ring, planned when its CTAs average more than kLongDecodeMinKeys keys (docs/design/decode-plan.md,
@@ -122,10 +122,11 @@ constexpr int kMinStreamBox = 8;
 // shapes (docs/design/decode-roofline.md).
 constexpr double kStreamMinBytesPerSmClock = 15.0;
 
-// e4m3 caches at head dim 128 take a stream shape on every card: on the H100 too their cp.async
-// shapes were 0.5-18% slower. At head dim 64 the H100's dense shape was faster (37 against 42 us
-// at 64 x 4k), so the card rule stands there, and at 256 (not measured against it).
-constexpr bool streams_on_any_card(int head_dim, bool fp8_kv) { return fp8_kv && head_dim == 128; }
+// e4m3 caches at head dims 128 and 256 take a stream shape on every card: on the H100 too their
+// cp.async shapes were 0.5-18% slower at 128, and at 256 up to 13% slower on five rows of six (5%
+// faster at 8 x 32k). At head dim 64 the H100's dense shape was faster (37 against 42 us at
+// 64 x 4k), so the card rule stands there.
+constexpr bool streams_on_any_card(int head_dim, bool fp8_kv) { return fp8_kv && head_dim >= 128; }
 
 // The wide stream shape: 8 consumer warps, two per scheduler, for e4m3 caches up to head dim 128
 // on the cards above. An e4m3 stage carries twice the keys per byte, and one warp per scheduler

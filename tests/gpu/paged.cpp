@@ -381,11 +381,11 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         }
     }
     // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream
-    // shape, one persistent CTA per SM, and on every card e4m3 plans of head dim 128 do; smaller
-    // pages keep the shapes named above.
+    // shape, one persistent CTA per SM, and on every card e4m3 plans of head dim 128 and 256 do;
+    // smaller pages keep the shapes named above.
     const bool on_stream_card = stream_card();
     for (PagedCase& c : cases) {
-        const bool streams = on_stream_card || (c.fp8_kv && c.head_dim == 128);
+        const bool streams = on_stream_card || (c.fp8_kv && c.head_dim >= 128);
         if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0 && streams) {
             c.expect_ctas_per_sm = 1;
         }
