@@ -6,34 +6,38 @@ toolchain, flags; not per-TU costs, which differ between two builds of the same 
 verification and `invoke verify PATH` both check a library against `expectation(manifest)`,
 so they check the same things. `read_manifest` reads an exported manifest.json and
 refuses, as one VerifyError, a file that is not JSON or breaks manifest.schema.json;
-`schema_problem` is the same check for a build deciding whether an export is up to date.
+`schema_problem` is the same check for a build deciding whether an export is up to date. Standard
+library only (schema_lite.py validates): the standalone verifier (verifier.py) carries this module.
 """
 
 from __future__ import annotations
 
 import json
+import pkgutil
 from pathlib import Path
-
-import jsonschema
 
 from .checks import Expectation, Report, exported_api
 from .errors import VerifyError
 from .library import EXPORTS_MAP
+from .schema_lite import Validator
 
 # What an exported manifest.json must hold (manifest.schema.json): the promise that verifying
 # reads (`expectation`), the files with their digests (paths inside the artifact only), and the
 # record of how it was made.
-SCHEMA = json.loads((Path(__file__).with_name("manifest.schema.json")).read_text())
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+SCHEMA_FILE = "manifest.schema.json"
+# pkgutil: the file is also read from inside the standalone verifier's zip.
+SCHEMA = json.loads(pkgutil.get_data(__package__, SCHEMA_FILE))
+_VALIDATOR = Validator(SCHEMA)
 
 
 def schema_problem(manifest) -> str | None:
-    """Where and how `manifest` (parsed JSON) breaks the schema, or None."""
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(manifest))
-    if error is None:
+    """Where and how `manifest` (parsed JSON) breaks the schema (its first violation), or None."""
+    found = _VALIDATOR.first_problem(manifest)
+    if found is None:
         return None
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-    return f"{where or '(top level)'}: {error.message}"
+    path, message = found
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    return f"{where or '(top level)'}: {message}"
 
 
 def _tu_rows(build) -> list[dict]:

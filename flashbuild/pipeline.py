@@ -12,18 +12,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 import time
 from pathlib import Path
 
-from . import checks, dist, export, host_toolchain, images, package_checks, packages, predict, preflight, \
-    provenance, release_checks, sccache, sources
+from . import artifact_verify, checks, dist, export, host_toolchain, images, package_checks, packages, predict, \
+    preflight, provenance, release_checks, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
-from .errors import ConfigError, EnvironmentProblem, VerifyError
-from .library import REAL_NAME_GLOB, STEM, LibraryName
-from .manifest import entry_manifest, expectation, read_manifest, with_report
+from .errors import ConfigError, EnvironmentProblem
+from .manifest import entry_manifest, expectation, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
 from .plan import BuildPlan, make_plan
@@ -228,65 +226,26 @@ def verify_build(run, result: EntryBuild, manifest: dict, paths: Paths) -> check
 def verify_artifact(repo: Path, target: Path, allowed_signers: Path | None = None) -> checks.Report:
     """`invoke verify PATH`: an artifact folder, a library inside one (its manifest.json says
     what it must hold), or an exported tarball (its .sha256, provenance and signature, then the
-    folder's checks on a temporary unpacked copy)."""
+    folder's checks on a temporary unpacked copy): artifact_verify's stages, the library's
+    checks in the toolchain container where the host lacks their tools."""
     paths = Paths(repo.resolve())
     target = target.resolve()
     if not target.exists():
         raise ConfigError(f"{target} does not exist", fix="pass an artifact folder, the .so inside one, or its tarball")
-    if allowed_signers is not None and not allowed_signers.is_file():
-        raise ConfigError(f"the allowed-signers file {allowed_signers} does not exist",
-                          fix="one line per signer: `<identity> <public key>` (see the README's release section)")
-    if release_checks.is_tarball(target):  # in stages, each only after every earlier check passed
-        report = checks.Report(str(target))
-        digest = release_checks.check_digest(target, report)
-        release_checks.check_provenance(target, digest, allowed_signers, report)
-        if report.ok and release_checks.check_stream(target, report):
-            with tempfile.TemporaryDirectory(prefix="flashbuild-verify-") as scratch:
-                folder = release_checks.unpack(target, Path(scratch), report)
-                if folder is not None:
-                    _verify_folder(paths, folder, folder, report, unpacked=True)
-        if not report.ok and not any(c.name.startswith("SHA256SUMS") for c in report.checks):
-            report.note("the tarball's contents were not checked (nor unpacked, where a check before that "
-                        "failed): verify stops at the first stage that fails")
-        return report
+    artifact_verify.check_allowed_signers(allowed_signers)
+
+    def library_checks(library: Path, expect, manifest: dict, report: checks.Report) -> None:
+        _verify_library(paths, library, expect, manifest, report)
+
+    if release_checks.is_tarball(target):
+        return artifact_verify.verify_tarball(target, allowed_signers, library_checks)
     if allowed_signers is not None:
         raise ConfigError("--allowed-signers checks a tarball's signature; this is not a tarball",
                           fix="pass the .tar.gz beside the folder, or leave --allowed-signers out")
     folder = target if target.is_dir() else target.parent.parent
     report = checks.Report(str(target))
-    _verify_folder(paths, folder, target, report)
+    artifact_verify.verify_folder(folder, target, report, library_checks)
     return report
-
-
-def _verify_folder(paths: Paths, folder: Path, target: Path, report: checks.Report, unpacked: bool = False) -> None:
-    """The library (target, or the one in folder/lib) against folder's manifest.json, every file
-    against SHA256SUMS, and the consumer packages."""
-    manifest_path = folder / "manifest.json"
-    if not manifest_path.is_file():
-        if unpacked:  # a tarball's contents: a failed check of it, not a mistaken argument
-            report.add("manifest.json is present", False, "the tarball holds no manifest.json: not an artifact")
-            return
-        raise ConfigError(f"no manifest.json in {folder}",
-                          fix=f"pass artifacts/<version>/<entry>/ or its lib/{STEM}.so.X.Y.Z")
-    try:
-        manifest = read_manifest(manifest_path)
-    except VerifyError as error:
-        if not unpacked:
-            raise
-        report.add("manifest.json holds what an export writes", False,
-                   error.message.replace(str(folder), folder.name))  # the tarball's path, not a scratch folder's
-        return
-    package_checks.require_tools()  # before the library's checks, which may start a container
-    if target.is_dir():
-        candidates = sorted((folder / "lib").glob(REAL_NAME_GLOB))
-        if not candidates:
-            raise VerifyError(f"{folder}/lib holds no {REAL_NAME_GLOB}")
-        library = candidates[0]
-    else:
-        library = target
-    _verify_library(paths, library, expectation(manifest), manifest, report)
-    release_checks.check_sums(folder, report)
-    package_checks.verify_packages(folder, LibraryName.of_file(library.name), report)
 
 
 def _verify_library(paths: Paths, library: Path, expect, manifest: dict, report: checks.Report) -> None:

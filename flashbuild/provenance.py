@@ -1,8 +1,10 @@
 """Provenance beside each tarball: an in-toto statement with an SLSA v1 provenance predicate,
 and, when the release engineer names a key, a detached SSH signature of it made offline.
 
-    artifacts/<version>/<tarball>.provenance.json      the statement (subject: the tarball's sha256)
+    artifacts/<version>/<tarball>.provenance.json      the statement (subjects: the tarball's sha256,
+                                                       and the standalone verifier's beside it)
     artifacts/<version>/<tarball>.provenance.json.sig  `ssh-keygen -Y sign` of it (optional)
+    artifacts/<version>/<tarball>.verify.pyz           the standalone verifier (verifier.py)
 
 The statement records what made the tarball: the toolchain image (id, tag, Dockerfile and its
 sha256), every source pin with its sha256, the matrix entry as matrix.yaml defines it, the
@@ -18,11 +20,13 @@ later); verifying with an allowed-signers file:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
 from pathlib import Path
 
+from . import verifier
 from .errors import ConfigError, ExportError
 from .hashing import sha256_of
 
@@ -67,9 +71,10 @@ def command_line(matrix: str, sccache: bool, backend: str = "container") -> str:
 
 
 def statement(tarball_name: str, tarball_sha256: str, *, matrix: str, entry, manifest: dict, image: dict,
-              git: dict, command: str, build_time: dict) -> dict:
+              git: dict, command: str, build_time: dict, also: dict[str, str] | None = None) -> dict:
     """The in-toto statement of one exported tarball (pure: every input is an argument).
-    `entry` is the options.Entry the tarball was built from; `manifest` its manifest.json."""
+    `entry` is the options.Entry the tarball was built from; `manifest` its manifest.json; `also`
+    more subjects (file name -> sha256) made with the tarball, such as its verifier."""
     entry_record = dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else dict(entry)
     dependencies = [{
         "name": "repository",
@@ -88,7 +93,8 @@ def statement(tarball_name: str, tarball_sha256: str, *, matrix: str, entry, man
                                          "dockerfile_sha256": image.get("dockerfile_sha256")}})
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": tarball_name, "digest": {"sha256": tarball_sha256}}],
+        "subject": [{"name": name, "digest": {"sha256": digest}}
+                    for name, digest in {tarball_name: tarball_sha256, **(also or {})}.items()],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "buildDefinition": {
@@ -200,14 +206,16 @@ def check_signature(data: bytes, signature: Path, allowed_signers: Path | None) 
 
 def beside_files(*, matrix: str, entry, manifest: dict, repo: Path, git: dict, command: str, build_time: dict,
                  sign_key: Path | None):
-    """export.Beside for one entry: the statement of the finished tarball, and its signature
-    when sign_key names a key."""
+    """export.Beside for one entry: the standalone verifier, the statement of the finished tarball
+    (and of the verifier), and its signature when sign_key names a key."""
     image = image_record(manifest.get("toolchain", {}), repo)
+    checker = verifier.zipapp()
 
     def make(tarball_name: str, tarball_sha256: str) -> dict[str, bytes]:
+        also = {f"{tarball_name}{verifier.SUFFIX}": hashlib.sha256(checker).hexdigest()}
         document = render(statement(tarball_name, tarball_sha256, matrix=matrix, entry=entry, manifest=manifest,
-                                    image=image, git=git, command=command, build_time=build_time))
-        files = {SUFFIX: document}
+                                    image=image, git=git, command=command, build_time=build_time, also=also))
+        files = {verifier.SUFFIX: checker, SUFFIX: document}
         if sign_key is not None:
             files[SIGNATURE_SUFFIX] = sign(document, sign_key)
         return files
@@ -216,8 +224,9 @@ def beside_files(*, matrix: str, entry, manifest: dict, repo: Path, git: dict, c
 
 
 def is_recorded(tarball: Path, signed: bool) -> bool:
-    """Whether the provenance (and, if signed, its signature) lies beside tarball: an up-to-date
-    artifact without them is exported again."""
+    """Whether the provenance (and, if signed, its signature) and the verifier lie beside tarball:
+    an up-to-date artifact without them is exported again."""
     statement_file = tarball.parent / f"{tarball.name}{SUFFIX}"
     signature = tarball.parent / f"{tarball.name}{SIGNATURE_SUFFIX}"
-    return statement_file.is_file() and (signature.is_file() or not signed)
+    checker = tarball.parent / f"{tarball.name}{verifier.SUFFIX}"
+    return statement_file.is_file() and checker.is_file() and (signature.is_file() or not signed)

@@ -131,3 +131,35 @@ def interruptible():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def exported(tmp_path, provenance_record):
+    """An exported tarball of stand-in files, its provenance (and verifier) made by the build's own
+    code; `sign` re-exports it signed with a fresh key and returns the allowed-signers file."""
+    from flashbuild import export, provenance
+    from flashbuild.build_time import BuildTime
+
+    record = provenance_record
+    built = tmp_path / "built"
+    built.mkdir()
+    library = built / "libflash_attn_standalone.so.0.4.0"
+    library.write_bytes(b"\x7fELF stand-in library")
+    header = built / "flash_attn_standalone.h"
+    header.write_text("/* header */\n")
+    binary = built / "test_varlen_inference"
+    binary.write_bytes(b"\x7fELF stand-in binary")
+
+    def export_with(key=None):
+        beside = provenance.beside_files(matrix="smoke", entry=record["entry"], manifest=record["manifest"],
+                                         repo=record["repo"], git=record["git"], command=record["command"],
+                                         build_time=record["build_time"], sign_key=key)
+        return export.export_artifact(tmp_path / "artifacts", "smoke", library, [header], binary, record_manifest(),
+                                      BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH"), beside)[1]
+
+    def sign():
+        key = keypair(tmp_path)
+        export_with(key)
+        return allowed(tmp_path, key)
+
+    return export_with(), sign

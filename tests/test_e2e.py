@@ -116,10 +116,25 @@ def test_verify_passes_on_the_tarball_as_copied_and_fails_once_its_checksum_is_w
         shutil.copy2(folder.parent / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
     result = invoke(repo, "verify", str(tmp_path / name))
     assert result.returncode == 0, result.stdout + result.stderr
-    for passed in (f"[PASS] {name}.sha256 matches the tarball", "[PASS] SHA256SUMS: every file of the artifact matches",
-                   "[PASS] cmake: find_package(flash_attn_standalone", "[PASS] pkg-config --cflags --libs",
-                   "[PASS] nm: all 1 planned instantiations are in the library", "provenance.json: SLSA v1"):
+    common = (f"[PASS] {name}.sha256 matches the tarball", "[PASS] SHA256SUMS: every file of the artifact matches",
+              "[PASS] cmake: find_package(flash_attn_standalone", "[PASS] pkg-config --cflags --libs",
+              "provenance.json: SLSA v1")
+    for passed in (*common, "[PASS] nm: all 1 planned instantiations are in the library"):
         assert passed in result.stdout
+    # The standalone verifier beside it, outside the clone, with the standard library alone: the
+    # same checks; the library's need nm, readelf and cuobjdump on this host (no container).
+    shutil.copy2(folder.parent / f"{name}.verify.pyz", tmp_path / f"{name}.verify.pyz")
+    standalone = subprocess.run([sys.executable, "-I", "-S", f"{name}.verify.pyz", name], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=300)
+    output = standalone.stdout + standalone.stderr
+    fails = [line.strip() for line in output.splitlines() if line.strip().startswith("[FAIL]")]
+    if all(shutil.which(tool) for tool in ("nm", "readelf", "cuobjdump")):
+        assert standalone.returncode == 0 and not fails, output
+    else:
+        assert standalone.returncode == 7, output
+        assert fails == ["[FAIL] the library's checks can run (nm, readelf, cuobjdump on PATH)"], output
+    for passed in common:
+        assert passed in output
     (tmp_path / f"{name}.sha256").write_text(f"{'0' * 64}  {name}\n")
     result = invoke(repo, "verify", str(tmp_path / name))
     assert result.returncode == 7

@@ -2,6 +2,7 @@
 one, and SSH signatures made and checked with this host's ssh-keygen."""
 
 import dataclasses
+import hashlib
 import json
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 import pytest
 from conftest import allowed, keypair
 
-from flashbuild import pipeline, provenance
+from flashbuild import pipeline, provenance, verifier
 from flashbuild.errors import ConfigError, EnvironmentProblem, ExportError, FlashBuildError
 
 needs_keygen = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="needs OpenSSH's ssh-keygen")
@@ -25,11 +26,15 @@ def make_statement(record, sign_key=None, name="fas-0.4.0-smoke.tar.gz", digest=
 def test_the_statement_is_slsa_v1_provenance_of_the_tarball_with_every_input_pinned(provenance_record, repo):
     record = provenance_record
     files = make_statement(provenance_record)
-    assert set(files) == {provenance.SUFFIX}
+    assert set(files) == {provenance.SUFFIX, verifier.SUFFIX}
     document = json.loads(files[provenance.SUFFIX])
     assert document["_type"] == "https://in-toto.io/Statement/v1"
     assert document["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert document["subject"] == [{"name": "fas-0.4.0-smoke.tar.gz", "digest": {"sha256": "d" * 64}}]
+    # The tarball, and the standalone verifier written beside it.
+    assert document["subject"] == [
+        {"name": "fas-0.4.0-smoke.tar.gz", "digest": {"sha256": "d" * 64}},
+        {"name": "fas-0.4.0-smoke.tar.gz.verify.pyz",
+         "digest": {"sha256": hashlib.sha256(files[verifier.SUFFIX]).hexdigest()}}]
     definition = document["predicate"]["buildDefinition"]
     assert definition["buildType"] and document["predicate"]["runDetails"]["builder"]["id"]
     external = definition["externalParameters"]

@@ -9,43 +9,12 @@ import tarfile
 
 import pytest
 
-from flashbuild import export, provenance, release_checks
-from flashbuild.build_time import BuildTime
+from flashbuild import provenance, release_checks
 from flashbuild.checks import Report
 
-from conftest import allowed, keypair, record_manifest
+from conftest import allowed, keypair
 
-WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
 needs_keygen = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="needs OpenSSH's ssh-keygen")
-
-
-@pytest.fixture
-def exported(tmp_path, provenance_record):
-    """An exported tarball of stand-in files, its provenance made by the build's own code;
-    `sign` re-exports it signed with a fresh key and returns the allowed-signers file."""
-    record = provenance_record
-    built = tmp_path / "built"
-    built.mkdir()
-    library = built / "libflash_attn_standalone.so.0.4.0"
-    library.write_bytes(b"\x7fELF stand-in library")
-    header = built / "flash_attn_standalone.h"
-    header.write_text("/* header */\n")
-    binary = built / "test_varlen_inference"
-    binary.write_bytes(b"\x7fELF stand-in binary")
-
-    def export_with(key=None):
-        beside = provenance.beside_files(matrix="smoke", entry=record["entry"], manifest=record["manifest"],
-                                         repo=record["repo"], git=record["git"], command=record["command"],
-                                         build_time=record["build_time"], sign_key=key)
-        return export.export_artifact(tmp_path / "artifacts", "smoke", library, [header], binary, record_manifest(),
-                                      WHEN, beside)[1]
-
-    def sign():
-        key = keypair(tmp_path)
-        export_with(key)
-        return allowed(tmp_path, key)
-
-    return export_with(), sign
 
 
 def beside_checks(tarball, allowed_signers=None):
