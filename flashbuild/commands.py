@@ -68,12 +68,19 @@ def verify(repo: Path, path: Path, allowed_signers: Path | None = None) -> None:
     print(report.render())
 
 
-def test(repo: Path, fast: bool = False, k: str | None = None) -> int:
-    """pytest over tests/; `fast` leaves out the tests marked `container` (they build in Docker).
-    Returns pytest's exit status."""
+def suite_argv(fast: bool = False, k: str | None = None) -> list[str]:
+    """pytest's command line. `fast` leaves out the tests marked `container` (they build in
+    Docker) and spreads the rest over every core (pytest-xdist, requirements.txt): on the 2-core
+    build machine 35 s in one process, 22-24 s in two. The whole suite stays in one process: its
+    container builds are sized to have the machine to themselves."""
     argv = [sys.executable, "-m", "pytest", "-q", "tests"]
     if fast:
-        argv += ["-m", "not container"]
+        argv += ["-m", "not container", "-n", "auto"]
     if k:
         argv += ["-k", k]
-    return subprocess.run(argv, cwd=repo).returncode
+    return argv
+
+
+def test(repo: Path, fast: bool = False, k: str | None = None) -> int:
+    """pytest over tests/ (suite_argv); returns pytest's exit status."""
+    return subprocess.run(suite_argv(fast, k), cwd=repo).returncode

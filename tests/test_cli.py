@@ -131,3 +131,16 @@ def test_cli_refuses_a_missing_signing_key_or_allowed_signers_file_without_trace
     (tmp_path / "signers").write_text("")
     result = invoke_cli(repo, "verify", str(folder), "--allowed-signers", str(tmp_path / "signers"))
     assert result.returncode == 2 and "this is not a tarball" in result.stderr
+
+
+def test_the_fast_suite_leaves_out_container_tests_and_spreads_over_every_core():
+    from flashbuild.commands import suite_argv
+
+    def options(argv):  # after `python3 -m pytest -q tests`
+        return argv[argv.index("tests") + 1:]
+
+    assert options(suite_argv(fast=True)) == ["-m", "not container", "-n", "auto"]
+    assert options(suite_argv()) == []  # the whole suite: one process, every test
+    assert options(suite_argv(k="cli")) == ["-k", "cli"]
+    import xdist  # noqa: F401  (requirements.txt pins pytest-xdist: --fast needs it)
+
