@@ -86,7 +86,9 @@
  *   most three quarters of those sequences; else the plan is made as before. A packed tile's
  *   rows see only their own sequence's keys, cut by the causal mask and the left window of
  *   MASKS, so results equal an unpacked plan's (up to the summation order of floating point).
- *   fas_plan_info.packed is 1 and query_tiles counts the packs. The schedule then also holds 4
+ *   fas_plan_info.packed is 1, query_tiles counts the packs, and kernel_head_dim names the packed
+ *   kernel, whose head dim may be larger than the unpacked kernel's that fas_query_plan_support
+ *   names (`minimal` builds packed kernels at 96 and 128 only: head dim 64 packs onto 96). The schedule then also holds 4
  *   bytes per query row (fas_plan_info.device_bytes).
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
@@ -97,8 +99,9 @@
  *   tower's, and 72 or 88 run on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and
  *   v at their real width (the missing columns count as zeros, so scores and the softmax are
  *   those of the real head dim) and writes only head_dim columns of out; nothing beyond them is
- *   read or written, so the tensors need no padding. fas_plan_info.kernel_head_dim and
- *   fas_query_plan_support's *kernel_head_dim name the kernel that runs. FP8 and paged-KV
+ *   read or written, so the tensors need no padding. fas_plan_info.kernel_head_dim names the
+ *   kernel that runs, and fas_query_plan_support's *kernel_head_dim that of an unpacked plan (a
+ *   packed one may run a larger head dim: PACKED PLANS). FP8 and paged-KV
  *   kernels serve their exact head dim only. The scale default (1/sqrt(head_dim)) uses the
  *   real head dim.
  *
@@ -438,7 +441,9 @@ FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
 /* Which family a plan for (dtype, head_dim, causal) would use on the CURRENT device, assuming a
  * layout the SM90 kernels accept (see PLANS for the layout conditions) and no window or softcap
  * (those may move a plan to another kernel or family: see MASKS), and the head dim of the kernel
- * that would run (SM90 or FA2 round-up: see HEAD DIMS). For FAS_DTYPE_E4M3 it
+ * that would run (SM90 or FA2 round-up: see HEAD DIMS) when the plan is not packed: a batch of
+ * short sequences may run a packed kernel of a larger head dim instead (PACKED PLANS), which
+ * fas_plan_info.kernel_head_dim names. For FAS_DTYPE_E4M3 it
  * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
  * lists the output dtypes. On FAS_SUCCESS stores
  * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).

@@ -275,6 +275,9 @@ void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t s
     CaseOutcome outcome{false, ""};
     if (!servable) {
         outcome.detail = std::string("fas_query_support: ") + fas_get_last_error();
+    } else if (c.expect_query_head_dim != 0 && kernel_head_dim != c.expect_query_head_dim) {
+        outcome.detail = "the query names kernel head dim " + std::to_string(kernel_head_dim) + ", expected " +
+                         std::to_string(c.expect_query_head_dim);
     } else {
         outcome = guarded([&] { return run_attention_case(c, seed, stream); });
     }

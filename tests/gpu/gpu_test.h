@@ -191,6 +191,8 @@ struct AttentionCase {
     int window_right = -1;
     float softcap = 0.f;  // with use_plan: fas_plan_args.softcap (scores become cap * tanh(score / cap))
     int expect_packed = -1;  // with use_plan: fas_plan_info.packed must be this (-1 = any)
+    // fas_query_plan_support's (or fas_query_support's) *kernel_head_dim must be this (0 = any)
+    int expect_query_head_dim = 0;
 };
 
 AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,

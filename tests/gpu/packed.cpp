@@ -12,16 +12,20 @@ namespace gpu_test {
 
 namespace {
 
-bool packed_kernel_built(fas_dtype dtype) {
+// The smallest head dim >= at_least of a built kernel of `family` and dtype (0: none).
+int smallest_head_dim(const char* family, fas_dtype dtype, int at_least) {
+    int best = 0;
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
-        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_packed") == 0 &&
-            info.dtype == dtype) {
-            return true;
+        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, family) == 0 &&
+            info.dtype == dtype && info.head_dim >= at_least && (best == 0 || info.head_dim < best)) {
+            best = info.head_dim;
         }
     }
-    return false;
+    return best;
 }
+
+bool packed_kernel_built(fas_dtype dtype) { return smallest_head_dim("sm90_packed", dtype, 0) > 0; }
 
 AttentionCase packed_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
                           std::vector<int> seqlens_q, std::vector<int> seqlens_k, bool packs) {
@@ -64,6 +68,15 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
     // Non-causal rows with fewer keys than queries, and more; head dim 72 rounds up.
     cases->push_back(packed_case("packed-full-uneven", dtype, 16, 16, 72, false, {30, 5, 60, 1, 20},
                                  {20, 64, 40, 7, 1}, true));
+    // Head dim 64 packs onto the smallest packed kernel at or above it (`minimal`: 96), while
+    // fas_query_plan_support names the unpacked kernel (the header: PACKED PLANS).
+    const int packed_64 = smallest_head_dim("sm90_packed", dtype, 64);
+    if (packed_64 > 0) {
+        AttentionCase c = packed_case("packed-prompts-hd64", dtype, 16, 2, 64, true, prompts, prompts, true);
+        c.expect_kernel_head_dim = packed_64;
+        c.expect_query_head_dim = smallest_head_dim("sm90", dtype, 64);
+        cases->push_back(c);
+    }
     // 100-token sequences fill 128-row tiles alone: packing would not pay.
     cases->push_back(packed_case("packed-not-paying", dtype, 16, 2, 128, true, {100, 100, 100, 100}, {100, 100, 100, 100},
                                  false));
