@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("fixed_pid.c")
+SOURCE = Path(__file__).parent / "resources" / "fixed_pid.c"
 KEY_PART = SOURCE.read_text()
 SHIM_NAME = "libfixedpid.so"
 # Container-local scratch (not the mounted clone): one folder per command.

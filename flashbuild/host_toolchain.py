@@ -47,7 +47,7 @@ from .plan import BuildPlan
 
 BACKENDS = ("container", "host")
 DEFAULT_CUDA_ROOT = Path("/usr/local/cuda")  # where NVIDIA's installers put the toolkit
-PEAK_TIME = Path(__file__).with_name("peak_time.py")
+PEAK_TIME = Path(__file__).parent / "resources" / "peak_time.py"
 GNU_TIME = "/usr/bin/time"  # what compiler.py measures each compile with, in the container
 SCRATCH_FOLDER = "host-tmp"  # under build/: fixed_pid's per-command TMPDIRs, per clone
 RELEASE = re.compile(r"release (\d+\.\d+), (V[\w.]+)")

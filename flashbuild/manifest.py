@@ -24,7 +24,7 @@ from .schema_lite import Validator
 # What an exported manifest.json must hold (manifest.schema.json): the promise that verifying
 # reads (`expectation`), the files with their digests (paths inside the artifact only), and the
 # record of how it was made.
-SCHEMA_FILE = "manifest.schema.json"
+SCHEMA_FILE = "resources/manifest.schema.json"
 # pkgutil: the file is also read from inside the standalone verifier's zip.
 SCHEMA = json.loads(pkgutil.get_data(__package__, SCHEMA_FILE))
 _VALIDATOR = Validator(SCHEMA)

@@ -22,7 +22,7 @@ from .errors import ConfigError
 from .families import FAMILIES
 from .memory import HOST
 
-SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
+SCHEMA_PATH = Path(__file__).parent / "resources" / "matrix.schema.json"
 
 # JSON Schema counts 64.0 as an integer; YAML has distinct ints and floats, and a float head
 # dim would pass the family records (64.0 == 64) and reach generated C++ as "64.0".
@@ -123,7 +123,7 @@ def _schema_problem(error: jsonschema.ValidationError) -> _Problem:
     if error.validator == "not":
         return _Problem(path, f"{error.instance!r} is not allowed here",
                         "architectures belong in 'archs', not in 'flags'")
-    return _Problem(path, error.message, "see flashbuild/matrix.schema.json for the expected form")
+    return _Problem(path, error.message, "see flashbuild/resources/matrix.schema.json for the expected form")
 
 
 def _yaml_word(value) -> str:
@@ -157,7 +157,7 @@ def _check_families(raw: dict, where: tuple) -> None:
                        "(build/tu-stats.json holds the peaks earlier builds measured)")
 
 
-_EXPECTED = "a mapping of schema_version, images and matrices (flashbuild/matrix.schema.json)"
+_EXPECTED = "a mapping of schema_version, images and matrices (flashbuild/resources/matrix.schema.json)"
 
 
 def load_config(path: Path | str) -> Config:

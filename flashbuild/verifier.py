@@ -25,7 +25,7 @@ SUFFIX = ".verify.pyz"
 # What verifying a tarball imports, and nothing that needs a third-party package.
 MODULES = ("__init__", "archive", "artifact_verify", "checks", "errors", "hashing", "library", "manifest",
            "package_checks", "packages", "provenance", "release_checks", "schema_lite", "verifier")
-DATA = ("manifest.schema.json",)
+DATA = ("resources/manifest.schema.json",)
 MAIN = "#!/usr/bin/env python3\nimport sys\n\nfrom flashbuild.verifier import main\n\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 

@@ -104,7 +104,7 @@ def allowed(tmp_path, key, identity="release@example.org"):
 
 def record_manifest(artifact_key: str = "a" * 64) -> dict:
     """What a build hands export (which adds version, entry, files and dates), complete for
-    flashbuild/manifest.schema.json."""
+    flashbuild/resources/manifest.schema.json."""
     return {"matrix": "smoke", "archs": ["sm_90a"],
             "api": {"soname": "libflash_attn_standalone.so.0", "exports": ["fas_fwd"]},
             "translation_units": [{"name": "k", "kind": "kernel", "symbol": "run_k", "source": "kernels/k.cu"},
