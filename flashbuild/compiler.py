@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import dist, fixed_pid, sccache
+from .console import log
 from .container import ToolchainContainer
 from .errors import CompileError, FlashBuildError
-from .families import Upstream
+from .families import HOST, Upstream
 from .images import ToolchainImage
 from .kernelgen import registry_text
 from .library import EXPORTS_MAP, LibraryName, read_version
-from .memory import GIB, HOST, Stats, estimate
+from .memory import GIB, Stats, estimate
 from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
 from .processes import left_by_dead_process
-from .progress import log
 from .schedule import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
 from .sources import FetchedSource
 

@@ -303,6 +303,8 @@ def _paged_args(tu) -> tuple[str, ...]:
             str(PAGED_TILE_Q[tu.family]))
 
 
+# The memory_estimates_gb key (matrix.yaml) of every host TU: host code belongs to no family.
+HOST = "host"
 OUTPUT_DTYPES = ("fp16", "bf16")
 FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SM90_HEAD_DIMS = (64, 128, 256)  # the head dims of every SM90 and paged table in src/sm90/tiles.h and src/paged

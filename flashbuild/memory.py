@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .families import HOST
+
 if TYPE_CHECKING:  # tasks.py imports RESERVE_GB without the YAML stack
     from .options import Entry
 
 GIB = 1024**3
 RESERVE_GB = 2.0  # memory kept free for the rest of the machine, unless --reserve-gb says otherwise
-HOST = "host"  # the memory_estimates_gb key of every host TU
 STATS_FILE = "tu-stats.json"
 # A recorded TU beyond these is not a measurement (a TU takes 0.1-5 GiB and 1-600 s): ignored.
 MAX_PEAK_KB = 1 << 30  # 1 TiB
@@ -62,7 +63,7 @@ class Stats:
             _noted.add(self.path)
             from rich.markup import escape  # late: tasks.py imports this module without rich
 
-            from .progress import log
+            from .console import log
 
             log(escape(f"note: {self.path} is not a TU stats file ({problem}); estimating every TU from "
                        "matrix.yaml's memory_estimates_gb instead, and the next compile rewrites it"))

@@ -19,8 +19,7 @@ import jsonschema
 
 from . import yaml_source
 from .errors import ConfigError
-from .families import FAMILIES
-from .memory import HOST
+from .families import FAMILIES, HOST
 
 SCHEMA_PATH = Path(__file__).parent / "resources" / "matrix.schema.json"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import artifact_verify, checks, dist, export, host_toolchain, images, package_checks, packages, predict, \
     preflight, provenance, release_checks, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
+from .console import console, log
 from .container import ToolchainContainer, docker_client, sweep_orphans
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem
@@ -25,7 +26,7 @@ from .manifest import entry_manifest, expectation, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
 from .plan import BuildPlan, make_plan
-from .progress import compile_progress, console, log
+from .progress import compile_progress
 from .schedule import Budget, make_budget, max_concurrency
 
 

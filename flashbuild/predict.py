@@ -16,7 +16,8 @@ import heapq
 import statistics
 from dataclasses import dataclass
 
-from .memory import GIB, HOST, estimate, peaks_of, stats_key
+from .families import HOST
+from .memory import GIB, estimate, peaks_of, stats_key
 from .schedule import Budget, admissible
 
 SERVER_COUNTS = (1, 4, 16)

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import contextlib
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .console import console
 from .schedule import SchedulerEvents
-
-console = Console(highlight=False, soft_wrap=True)
-
-
-def log(message: str) -> None:
-    console.print(f"[bold cyan]flashbuild[/] {message}")
 
 
 def _note(result) -> str:

@@ -5,7 +5,7 @@ the tarball as `invoke verify TARBALL` does (artifact_verify.py) without the bui
         flash_attn_standalone-0.4.0-minimal-cuda12.4-sm90a.tar.gz [--allowed-signers FILE]
 
 It is a zip application of this package's standard-library modules that verifying needs (MODULES;
-Python >= 3.9, no third-party package) and this module's `main`. Its library checks need nm,
+Python >= 3.9, no third-party package) whose __main__ runs `verify_cli.main`. Its library checks need nm,
 readelf and cuobjdump on PATH (a clone's `invoke verify` falls back to its container instead);
 the package checks cmake and pkg-config, as in a clone. Same stages, same checks, same exit codes
 (7: a check failed; 2: bad arguments; 4: a missing tool). `zipapp()` is byte-for-byte
@@ -15,18 +15,16 @@ sha256 beside the tarball's (provenance.py), so a signed statement covers the ve
 
 from __future__ import annotations
 
-import argparse
 import io
-import sys
 import zipfile
 from pathlib import Path
 
 SUFFIX = ".verify.pyz"
 # What verifying a tarball imports, and nothing that needs a third-party package.
 MODULES = ("__init__", "archive", "artifact_verify", "checks", "errors", "hashing", "library", "manifest",
-           "package_checks", "packages", "provenance", "release_checks", "schema_lite", "verifier")
+           "package_checks", "packages", "provenance", "release_checks", "schema_lite", "verifier", "verify_cli")
 DATA = ("resources/manifest.schema.json",)
-MAIN = "#!/usr/bin/env python3\nimport sys\n\nfrom flashbuild.verifier import main\n\nsys.exit(main())\n"
+MAIN = "#!/usr/bin/env python3\nimport sys\n\nfrom flashbuild.verify_cli import main\n\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -47,36 +45,3 @@ def zipapp() -> bytes:
             info.external_attr = 0o644 << 16
             archive.writestr(info, members[name])
     return buffer.getvalue()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Verify one tarball; the report on stdout, an error and its exit code on stderr."""
-    from . import artifact_verify, checks, release_checks
-    from .errors import ConfigError, FlashBuildError
-
-    parser = argparse.ArgumentParser(prog=Path(sys.argv[0]).name,
-                                     description="Verify a flash_attn_standalone tarball: its .sha256, provenance "
-                                                 "and signature beside it, then what it holds.")
-    parser.add_argument("tarball", type=Path, help="the .tar.gz, with its .sha256 and provenance beside it")
-    parser.add_argument("--allowed-signers", type=Path,
-                        help="ssh allowed-signers file that the provenance signature must match")
-    args = parser.parse_args(argv)
-    try:
-        target = args.tarball.resolve()
-        if not target.is_file() or not release_checks.is_tarball(target):
-            raise ConfigError(f"{args.tarball} is not a tarball here",
-                              fix="pass the exported .tar.gz (its .sha256 and provenance beside it)")
-        artifact_verify.check_allowed_signers(args.allowed_signers)
-        report = artifact_verify.verify_tarball(target, args.allowed_signers, artifact_verify.host_library_checks)
-        tools_only = all(c.ok or c.name == artifact_verify.TOOLS_CHECK for c in report.checks)
-        checks.raise_if_failed(report, "install the tools named above and run it again (every other check passed)"
-                               if tools_only else
-                               "do not use this tarball: fetch it again from its release, with the files beside it")
-        print(report.render())
-        return 0
-    except FlashBuildError as error:
-        print(error.report(), file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
