@@ -11,7 +11,7 @@ Every nvcc runs under fixed_pid.py's shim, so that equal keys give byte-identica
 nvcc writes to a name of this process's own (`*.o.<pid>.partial`), renamed to the object
 only on success; partials of a dead process are removed at the next compile. A TU the kernel
 killed for memory (SIGKILL: exit 137, or nvcc's or GNU time's report of signal 9) is compiled
-again alone with its estimate raised (schedule.retry_alone). An interrupt removes the
+again alone with its estimate raised (jobs.retry_alone). An interrupt removes the
 container at once, which ends every nvcc, and then the partials of the TUs that were running.
 """
 
@@ -38,7 +38,7 @@ from .library import EXPORTS_MAP, LibraryName, read_version
 from .memory import GIB, Stats, estimate
 from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
 from .processes import left_by_dead_process
-from .schedule import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
+from .jobs import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
 from .sources import FetchedSource
 
 # The public headers: the one consumers include, and the plan API it includes.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .errors import ConfigError, EnvironmentProblem
 from .memory import GIB
-from .schedule import Budget
+from .jobs import Budget
 
 CONF = "SCCACHE_CONF"
 MEMORY = "FLASHBUILD_DIST_MEMORY_GB"

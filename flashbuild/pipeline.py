@@ -27,7 +27,7 @@ from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
 from .plan import BuildPlan, make_plan
 from .progress import compile_progress
-from .schedule import Budget, make_budget, max_concurrency
+from .jobs import Budget, make_budget, max_concurrency
 
 
 class Paths:

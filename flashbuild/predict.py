@@ -1,6 +1,6 @@
 """How long an entry's compile phase would take on other machines: the model for many machines.
 
-`simulate` replays the scheduler's own admission rule (schedule.admissible: a free CPU slot,
+`simulate` replays the scheduler's own admission rule (jobs.admissible: a free CPU slot,
 and the running jobs' memory estimates plus the job's within the server's memory; the largest
 estimate first) over per-TU wall times that earlier builds recorded (build/tu-stats.json),
 on N servers of C cores and M GiB each; a job starts on the first server that admits it as
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .families import HOST
 from .memory import GIB, estimate, peaks_of, stats_key
-from .schedule import Budget, admissible
+from .jobs import Budget, admissible
 
 SERVER_COUNTS = (1, 4, 16)
 # The server the dry run prices (a common CI runner size); the printout names it.

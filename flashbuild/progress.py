@@ -8,7 +8,7 @@ import contextlib
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .console import console
-from .schedule import SchedulerEvents
+from .jobs import SchedulerEvents
 
 
 def _note(result) -> str:

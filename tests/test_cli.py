@@ -15,7 +15,7 @@ import tasks
 from flashbuild.manifest import read_manifest
 from flashbuild.errors import VerifyError
 from flashbuild.memory import GIB
-from flashbuild.schedule import Budget, make_budget
+from flashbuild.jobs import Budget, make_budget
 
 
 def invoke_cli(repo, *argv):

@@ -25,7 +25,7 @@ from flashbuild.kernelgen import write_kernels
 from flashbuild.memory import Stats
 from flashbuild.options import load_config
 from flashbuild.plan import make_plan
-from flashbuild.schedule import Budget, SchedulerEvents
+from flashbuild.jobs import Budget, SchedulerEvents
 from test_compiler import TREE
 
 CUDA_13_CODES = "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_100 sm_110 sm_103 sm_120 sm_121"

@@ -56,7 +56,7 @@ def test_the_tests_that_interrupt_themselves_pass_where_sigint_starts_ignored(re
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_schedule.py",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_jobs.py",
          "tests/test_compiler.py", "-k", "interrupt_leaves or interrupt_removes"],
         cwd=repo, capture_output=True, text=True, timeout=120,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))

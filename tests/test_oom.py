@@ -15,7 +15,7 @@ from flashbuild.container import ToolchainContainer, docker_client
 from flashbuild.options import load_config
 from flashbuild.pipeline import Paths, ensure_toolchain
 from flashbuild.plan import make_plan
-from flashbuild.schedule import Budget, Job, SchedulerEvents
+from flashbuild.jobs import Budget, Job, SchedulerEvents
 
 pytestmark = pytest.mark.container
 

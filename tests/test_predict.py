@@ -6,7 +6,7 @@ import pytest
 
 from flashbuild.memory import GIB
 from flashbuild.predict import Server, SimJob, describe, entry_jobs, simulate
-from flashbuild.schedule import Budget
+from flashbuild.jobs import Budget
 
 
 def jobs(*seconds, gib=1.0):
