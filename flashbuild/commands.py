@@ -18,9 +18,9 @@ def setup(repo: Path) -> None:
     """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
     bubblewrap, cmake, pkg-config); remove containers that earlier builds of this clone left behind."""
     from .container import docker_client, sweep_orphans
-    from .host import setup as setup_host
+    from .provision import setup as provision
 
-    setup_host()
+    provision()
     sweep_orphans(docker_client(), repo, print)
 
 

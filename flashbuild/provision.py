@@ -1,4 +1,5 @@
-"""Host setup: a Docker engine, a Debian bootstrap tool, a Redis server (for the shared-cache
+"""Provisioning this machine (`invoke setup`; "host" in this package names host code and the host
+toolchain instead): a Docker engine, a Debian bootstrap tool, a Redis server (for the shared-cache
 test), and CMake and pkg-config (they check every artifact's consumer packages), installed (and
 dockerd started) when the host is a Debian machine and we are root; otherwise a message saying
 what to do."""
