@@ -42,7 +42,8 @@ from .jobs import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
 from .sources import FetchedSource
 
 # The public headers: the one consumers include, and the plan API it includes.
-HEADERS = (Path("src/include/flash_attn_standalone.h"), Path("src/include/flash_attn_standalone_plan.h"))
+HEADERS = (Path("src/include/flash_attn_standalone.h"), Path("src/include/flash_attn_standalone_plan.h"),
+           Path("src/include/flash_attn_standalone_kv_append.h"))
 STANDINS = Path("src/standins")
 GPU_TEST_DIR = Path("tests/gpu")
 TEST_BINARY = "test_varlen_inference"

@@ -22,8 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 import fas_ctypes  # noqa: E402
 
+from flashbuild.compiler import HEADERS as PUBLIC_HEADERS  # noqa: E402
+
 HEADER = REPO / "src" / "include" / "flash_attn_standalone.h"
-HEADERS = (HEADER, REPO / "src" / "include" / "flash_attn_standalone_plan.h")  # the first includes the second
+HEADERS = tuple(REPO / h for h in PUBLIC_HEADERS)  # the first includes the others
 # The header's only use of the CUDA runtime is the stream type.
 CUDA_STUB = "typedef struct CUstream_st* cudaStream_t;\n"
 

@@ -16,7 +16,7 @@ from invoke import Context, Exit
 import tasks
 from conftest import write_tree
 from flashbuild import checks, fixed_pid, host_toolchain, pipeline
-from flashbuild.compiler import EntryCompiler
+from flashbuild.compiler import HEADERS, EntryCompiler
 from flashbuild.errors import ConfigError, EnvironmentProblem
 from flashbuild.export import tarball_name
 from flashbuild.host_toolchain import (HostToolchain, arch_supported, discover, host_entry_name, host_flags,
@@ -196,8 +196,7 @@ def test_the_host_plan_drops_the_pinned_ptxas_and_the_images_host_compiler(tmp_p
 
 @pytest.fixture
 def tree(tmp_path, repo):
-    root = write_tree(tmp_path / "clone", {**TREE, "src/include/flash_attn_standalone.h": "// api\n",
-                                           "src/include/flash_attn_standalone_plan.h": "// plan api\n"})
+    root = write_tree(tmp_path / "clone", {**TREE, **{str(header): f"// {header.name}\n" for header in HEADERS}})
     (root / "matrix.yaml").write_text((repo / "matrix.yaml").read_text())
     write_kernels(load_config(root / "matrix.yaml").matrices.values(), root / "kernels")
     return root

@@ -292,5 +292,6 @@ FAS_API fas_status fas_check_device(int device);
 
 /* The plan API (PLANS, PAGED KV CACHE): including this header gives the whole C API. */
 #include "flash_attn_standalone_plan.h"
+#include "flash_attn_standalone_kv_append.h"
 
 #endif /* FLASH_ATTN_STANDALONE_H */

@@ -86,10 +86,9 @@
  *   most three quarters of those sequences; else the plan is made as before. A packed tile's
  *   rows see only their own sequence's keys, cut by the causal mask and the left window of
  *   MASKS, so results equal an unpacked plan's (up to the summation order of floating point).
- *   fas_plan_info.packed is 1, query_tiles counts the packs, and kernel_head_dim names the packed
- *   kernel, whose head dim may be larger than the unpacked kernel's that fas_query_plan_support
- *   names (`minimal` builds packed kernels at 96 and 128 only: head dim 64 packs onto 96). The schedule then also holds 4
- *   bytes per query row (fas_plan_info.device_bytes).
+ *   fas_plan_info.packed is 1, query_tiles counts the packs, kernel_head_dim names the packed
+ *   kernel (its head dim may exceed the one fas_query_plan_support names: `minimal` packs head
+ *   dim 64 onto its hd96 kernel), and the schedule holds 4 bytes more per query row (device_bytes).
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
  *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and
@@ -178,14 +177,11 @@
  *   cache. Row strides and page strides of the caches must be multiples of 16 elements
  *   (bytes), the caches 16-byte aligned. Batches with an FP8 cache are not split into mixed
  *   plans (both parts would run the same kernel).
- *   FP8 q as well (dtype FAS_DTYPE_E4M3 with kv_layout FAS_KV_PAGED; kv_dtype 0 or
- *   FAS_DTYPE_E4M3, out fp16/bf16 as out_dtype says): q holds e4m3 values, its row stride a
- *   multiple of 16 elements, and runs may pass q_descale[num_heads_q] (DEVICE fp32, 4-byte
- *   aligned, NULL = 1; real q = stored value * descale of its head) beside the required
- *   k_descale and v_descale. The same kernel serves it (the one built for out_dtype), at every
- *   query length, with windows and softcap; it rounds q * q_descale to fp16 (exact when the
- *   descales are powers of two, else within 2^-11 relative per element) and computes the rest
- *   as above (no e4m3 rounding of the probabilities, unlike the SM90 FP8 kernels).
+ *   FP8 q too (dtype FAS_DTYPE_E4M3, kv_layout FAS_KV_PAGED, kv_dtype 0 or E4M3, out as out_dtype):
+ *   q holds e4m3 values (row stride a multiple of 16), runs may add q_descale[num_heads_q] (DEVICE
+ *   fp32, NULL = 1) to k_descale and v_descale, and the kernel built for out_dtype serves it as
+ *   above, q * q_descale rounded to fp16 (exact for power-of-two descales, else within 2^-11),
+ *   probabilities not rounded to e4m3 (unlike the SM90 FP8 kernels).
  *
  *   MIXED PLANS (since 0.4): a paged batch in which some sequences decode (at most 8 queries each)
  *   and others are in chunked prefill, as a continuous-batching scheduler produces it, becomes
@@ -214,27 +210,10 @@
  *   divides every sequence's first row) and uploads their ids itself.
  *
  *   Paged plans need an exact head dim (64, 128, 256 where built), fp16/bf16 (caches also e4m3:
- *   FP8 KV CACHE). Paged-family plans'
- *   runs may write a partial-result buffer the plan owns (fas_plan_info.kv_splits > 1): runs of
- *   such a plan must be ordered with each other (one stream, or joined with events), unlike
- *   other plans. The LSE is token-major ([total_q, num_heads_q], FAS_LSE_TOKEN_MAJOR). *
- * KV APPEND (fas_kv_append, since 0.3): writes a step's new keys and values into the paged
- *   caches, as vLLM's cache write does: token i of k_new / v_new ([num_tokens, num_heads_k,
- *   head_dim], 16-bit, rows k_new_row_stride / v_new_row_stride apart) goes to slot
- *   slot_mapping[i] = page * page_size + offset of the caches (the layout of PAGED KV CACHE:
- *   element (page, offset, head, d) at page * page_stride + offset * row_stride + head * head_dim
- *   + d); a negative slot skips the token (padding). slot_mapping is a DEVICE array of int64, so
- *   that a step's layout never needs a synchronize. Stream-ordered on args->stream: no host
- *   work beyond validation, no allocation, no synchronize. Slots at or beyond num_pages *
- *   page_size are never written: they are skipped, and counted into *invalid_slots (an optional
- *   device int32 the call adds to) so that an engine can check them later without a
- *   synchronize; pass slot_mapping_host (a HOST copy) to have the call refuse them with
- *   FAS_ERROR_INVALID_ARGUMENT before launching. Two tokens with the same slot leave one of them.
- *   cache_dtype FAS_DTYPE_E4M3 quantizes on the way in: stored = e4m3(value / scale[head]) with
- *   saturation to +-448, from the DEVICE fp32 arrays k_scale / v_scale [num_heads_k] (required;
- *   an attention over the cache reads value = stored * scale). The new rows must not overlap
- *   the caches. Alignment: k_new, v_new and 16-bit caches 16-byte aligned, e4m3 caches 8-byte
- *   aligned, row and page strides multiples of 8 elements, slot_mapping 8-byte aligned.
+ *   FP8 KV CACHE). Paged-family plans' runs may write a partial-result buffer the plan owns
+ *   (fas_plan_info.kv_splits > 1): runs of such a plan must be ordered with each other (one
+ *   stream, or joined with events), unlike other plans. The LSE is token-major ([total_q,
+ *   num_heads_q], FAS_LSE_TOKEN_MAJOR). Writing into the caches: KV APPEND (its own header).
  */
 #ifndef FLASH_ATTN_STANDALONE_PLAN_H
 #define FLASH_ATTN_STANDALONE_PLAN_H
@@ -463,49 +442,6 @@ FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int cau
  * max_query_len (>= 1) or group (>= 1). Added in 0.2. */
 FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
                                            int* query_tile_rows);
-
-/* Arguments of fas_kv_append (see KV APPEND). Initialise with fas_kv_append_args_init(); same
- * ABI rule as fas_fwd_args. Added in 0.3. */
-typedef struct fas_kv_append_args {
-    size_t struct_size;     /* must be sizeof(fas_kv_append_args) */
-    fas_dtype dtype;        /* of k_new and v_new: FAS_DTYPE_FP16 or FAS_DTYPE_BF16 */
-    fas_dtype cache_dtype;  /* of the caches: dtype itself, or FAS_DTYPE_E4M3 (quantized) */
-    int num_tokens;         /* rows of k_new / v_new and entries of slot_mapping, >= 0 (0: no work) */
-    int num_heads_k;        /* > 0 */
-    int head_dim;           /* multiple of 8 in [8, 256] */
-
-    const void* k_new;      /* DEVICE [num_tokens, num_heads_k, head_dim] */
-    const void* v_new;
-    int64_t k_new_row_stride; /* elements between tokens; 0 = num_heads_k * head_dim */
-    int64_t v_new_row_stride;
-
-    const int64_t* slot_mapping;      /* DEVICE, num_tokens slots; < 0 = skip the token */
-    const int64_t* slot_mapping_host; /* optional HOST copy, checked before launching (NULL = not checked) */
-
-    void* k_cache;          /* DEVICE paged caches [num_pages, page_size, num_heads_k, head_dim] */
-    void* v_cache;
-    int num_pages;          /* > 0 */
-    int page_size;          /* >= 1 */
-    int64_t k_row_stride;   /* elements; 0 = num_heads_k * head_dim */
-    int64_t v_row_stride;
-    int64_t k_page_stride;  /* elements; 0 = page_size * row stride */
-    int64_t v_page_stride;
-
-    const float* k_scale;   /* DEVICE [num_heads_k], e4m3 caches only (required there) */
-    const float* v_scale;
-    int* invalid_slots;     /* optional DEVICE int32: += the number of slots beyond the caches */
-
-    cudaStream_t stream;    /* stream of the current device; 0 = legacy default stream */
-} fas_kv_append_args;
-
-/* Sets every field of *args to zero and args->struct_size to sizeof(fas_kv_append_args). */
-FAS_API void fas_kv_append_args_init(fas_kv_append_args* args);
-
-/* Enqueues the write of args->num_tokens new K/V rows into the paged caches on args->stream
- * (see KV APPEND). FAS_ERROR_INVALID_ARGUMENT for bad arguments (the message names the field),
- * FAS_ERROR_UNSUPPORTED_DEVICE where fas_check_device fails, FAS_ERROR_CUDA for a failed launch
- * or a pending CUDA error (the pending-error rule of fas_fwd). */
-FAS_API fas_status fas_kv_append(const fas_kv_append_args* args);
 
 #ifdef __cplusplus
 } /* extern "C" */
