@@ -20,7 +20,6 @@ from .manifest import expectation, read_manifest
 
 # (library, expectation(manifest), manifest, report): adds the library's checks to report.
 LibraryChecks = Callable[[Path, checks.Expectation, dict, checks.Report], None]
-HOST_TOOLS = ("nm", "readelf", "cuobjdump")
 TOOLS_CHECK = "the library's checks can run (nm, readelf, cuobjdump on PATH)"
 
 
@@ -28,7 +27,7 @@ def host_library_checks(library: Path, expect: checks.Expectation, manifest: dic
     """The library's checks with the host's tools, or one failed check naming those it lacks."""
     run = checks.host_runner()
     if run is None:
-        missing = [tool for tool in HOST_TOOLS if not shutil.which(tool)]
+        missing = [tool for tool in checks.LIBRARY_TOOLS if not shutil.which(tool)]
         report.add(TOOLS_CHECK, False,
                    f"{', '.join(missing)} not found: install binutils (nm, readelf) and the CUDA toolkit's "
                    "cuobjdump, or verify in a clone of the build repository (`invoke verify`, which uses its "

@@ -39,9 +39,13 @@ MAX_GLIBC = (2, 35)
 FORBIDDEN_NAMESPACES = re.compile(r"(^|[\s(<,])(at|c10|torch)::")
 
 
+# What the library's checks run (binutils, and the CUDA toolkit's cuobjdump).
+LIBRARY_TOOLS = ("nm", "readelf", "cuobjdump")
+
+
 def host_runner() -> Runner | None:
     """Run tools on the host, if it has all of them."""
-    if not all(shutil.which(tool) for tool in ("nm", "readelf", "cuobjdump")):
+    if not all(shutil.which(tool) for tool in LIBRARY_TOOLS):
         return None
 
     def run(argv: list[str]) -> tuple[int, str]:

@@ -133,6 +133,20 @@ def interruptible():
     signal.signal(signal.SIGINT, previous)
 
 
+def stand_in_build(folder: Path, version: str, headers: dict[str, str]):
+    """What export takes from a build, as stand-in files in folder: (library, header paths, test binary)."""
+    folder.mkdir()
+    library = folder / f"libflash_attn_standalone.so.{version}"
+    library.write_bytes(b"\x7fELF stand-in library")
+    paths = []
+    for name, text in headers.items():
+        paths.append(folder / name)
+        paths[-1].write_text(text)
+    binary = folder / "test_varlen_inference"
+    binary.write_bytes(b"\x7fELF stand-in binary")
+    return library, paths, binary
+
+
 @pytest.fixture
 def exported(tmp_path, provenance_record):
     """An exported tarball of stand-in files, its provenance (and verifier) made by the build's own
@@ -141,20 +155,13 @@ def exported(tmp_path, provenance_record):
     from flashbuild.build_time import BuildTime
 
     record = provenance_record
-    built = tmp_path / "built"
-    built.mkdir()
-    library = built / "libflash_attn_standalone.so.0.4.0"
-    library.write_bytes(b"\x7fELF stand-in library")
-    header = built / "flash_attn_standalone.h"
-    header.write_text("/* header */\n")
-    binary = built / "test_varlen_inference"
-    binary.write_bytes(b"\x7fELF stand-in binary")
+    library, headers, binary = stand_in_build(tmp_path / "built", "0.4.0", {"flash_attn_standalone.h": "/* header */\n"})
 
     def export_with(key=None):
         beside = provenance.beside_files(matrix="smoke", entry=record["entry"], manifest=record["manifest"],
                                          repo=record["repo"], git=record["git"], command=record["command"],
                                          build_time=record["build_time"], sign_key=key)
-        return export.export_artifact(tmp_path / "artifacts", "smoke", library, [header], binary, record_manifest(),
+        return export.export_artifact(tmp_path / "artifacts", "smoke", library, headers, binary, record_manifest(),
                                       BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH"), beside)[1]
 
     def sign():

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from flashbuild.checks import LIBRARY_TOOLS
 from flashbuild.compiler import HEADERS
 from flashbuild.options import load_config
 
@@ -129,7 +130,7 @@ def test_verify_passes_on_the_tarball_as_copied_and_fails_once_its_checksum_is_w
                                 capture_output=True, text=True, timeout=300)
     output = standalone.stdout + standalone.stderr
     fails = [line.strip() for line in output.splitlines() if line.strip().startswith("[FAIL]")]
-    if all(shutil.which(tool) for tool in ("nm", "readelf", "cuobjdump")):
+    if all(shutil.which(tool) for tool in LIBRARY_TOOLS):
         assert standalone.returncode == 0 and not fails, output
     else:
         assert standalone.returncode == 7, output

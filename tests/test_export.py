@@ -13,24 +13,15 @@ from flashbuild.build_time import BuildTime, build_time
 from flashbuild.errors import ConfigError, ExportError
 from flashbuild.packages import PACKAGE_FILES
 
-from conftest import record_manifest
+from conftest import record_manifest, stand_in_build
 
 WHEN = BuildTime(1_700_000_000, "SOURCE_DATE_EPOCH")
 
 
 @pytest.fixture
 def inputs(tmp_path):
-    built = tmp_path / "built"
-    built.mkdir()
-    library = built / "libflash_attn_standalone.so.0.1.0"
-    library.write_bytes(b"\x7fELF fake library")
-    header = built / "flash_attn_standalone.h"
-    header.write_text('#include "flash_attn_standalone_plan.h"\n')
-    plan_header = built / "flash_attn_standalone_plan.h"
-    plan_header.write_text("/* plan API */\n")
-    binary = built / "test_varlen_inference"
-    binary.write_bytes(b"\x7fELF fake binary")
-    return library, [header, plan_header], binary
+    return stand_in_build(tmp_path / "built", "0.1.0", {"flash_attn_standalone.h": '#include "flash_attn_standalone_plan.h"\n',
+                                                        "flash_attn_standalone_plan.h": "/* plan API */\n"})
 
 
 def test_complete_artifact(tmp_path, inputs):

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from flashbuild import manifest, pipeline, schema_lite, verifier
+from flashbuild.checks import LIBRARY_TOOLS
 
 from conftest import exported_manifest
 
@@ -137,7 +138,7 @@ def test_an_intact_tarball_reaches_the_library_checks_which_need_their_tools(exp
         return
     # The stand-in library fails its checks, or, without the tools, the check naming them does.
     assert result.returncode == 7, output
-    if not all(shutil.which(tool) for tool in ("nm", "readelf", "cuobjdump")):
+    if not all(shutil.which(tool) for tool in LIBRARY_TOOLS):
         assert first_failure(output) == "[FAIL] the library's checks can run (nm, readelf, cuobjdump on PATH)"
 
 
