@@ -145,7 +145,8 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     std::string why;
     // The kernels are named by out's type: q's, or (e4m3 q) out_dtype.
     *kernel = fas_paged::choose_kernel(layout.out_dtype, layout.kv_dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
-                                       layout.num_heads_q / layout.num_heads_k, &why);
+                                       layout.num_heads_q / layout.num_heads_k,
+                                       fas_paged::pair_tiles(device, !kv.paged, kv.page_size), &why);
     if (*kernel == nullptr) return why;
     if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
         return concat("paged plans take a window or softcap on the decode kernel only, whose tiles hold 16 rows "

@@ -51,7 +51,7 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
         const fas_paged::Plan& paged = *plan->paged;
         filled.kv_splits = paged.kv_splits;
         filled.packed_gqa = paged.group;
-        filled.query_tile_rows = paged.kernel->tile_q;
+        filled.query_tile_rows = paged.tile_rows;
         filled.num_ctas = paged.args.num_ctas;
         filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
         filled.ctas_per_sm = paged.ctas_per_sm;

@@ -7,7 +7,7 @@
  *            inputs, sliding windows and a logits softcap, short sequences packed into shared
  *            query tiles, and chunked prefill over a paged KV cache, reached through the plan API.
  *   "paged" - attention over a paged KV cache for decode (1-8 query tokens per sequence): the
- *            project's decode kernel (16-row tiles) and FlashInfer's tensor-core batch kernel
+ *            project's decode kernel (16- and 32-row tiles) and FlashInfer's tensor-core batch kernel
  *            (64-row tiles), query heads of one KV head packed into the rows of one tile, the KV
  *            split across CTAs and merged when the batch alone does not fill the GPU, reached
  *            through the plan API (see PAGED KV CACHE).

@@ -60,20 +60,21 @@
  *   Local (fas_plan_args.use_window, FlashAttention's window_size = (left, right)): query i sees
  *   keys max(0, d(i) - left) .. min(sk - 1, d(i) + right), -1 meaning no limit on that side;
  *   causal sets right to 0, so (left, 0) is a causal sliding window (Mistral, Gemma) and
- *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right
- *   = -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of
- *   a query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs
- *   on FA2 (fas_plan_info.sm90_unused_reason says so). The paged family's decode kernel (paged
- *   and decode-shaped varlen plans whose queries per sequence x query heads per KV head fit
- *   its 16-row tiles, e.g. one query at GQA 16, 8 at GQA 2) serves any left window, its KV
- *   splits covering only the keys inside the window; other paged plans with a window (the
- *   64-row paged tiles, the SM90 paged kernels) fail with FAS_ERROR_NOT_BUILT. A row that sees
- *   no key (e.g. left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans take no window yet.
- *   Softcap (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
- *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
- *   round-up below them), FA2 on any of its kernels, the paged family on its decode kernel (as
- *   windows); the 64-row paged tiles, the SM90 paged kernels and FP8 plans take no softcap yet.
- *   The LSE is that of the capped scores.
+ *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right =
+ *   -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of a
+ *   query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs on
+ *   FA2 (fas_plan_info.sm90_unused_reason says so). The paged family's decode kernel (paged and
+ *   decode-shaped varlen plans whose queries per sequence x query heads per KV head fit its
+ *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on the cards
+ *   of fas_plan_info.ctas_per_sm's stream shape, caches of q's type up to head dim 128) serves
+ *   any left window, its KV splits covering only the keys inside the window; other paged plans
+ *   with a window (the 64-row paged tiles, the SM90 paged kernels) fail with
+ *   FAS_ERROR_NOT_BUILT. A row that sees no key (e.g. left = 0 and right = 0 with sk < sq) gets
+ *   out = 0. FP8 plans take no window yet. Softcap (fas_plan_args.softcap > 0, any mask): SM90
+ *   runs it on its softcap kernels (family "sm90_softcap" in fas_get_kernel_info; `full` builds
+ *   them at head dims 128 and 256, with round-up below them), FA2 on any of its kernels, the
+ *   paged family on its decode kernel (as windows); the 64-row paged tiles, the SM90 paged
+ *   kernels and FP8 plans take none yet. The LSE is that of the capped scores.
  *
  *   PACKED PLANS (SM90): a varlen batch of short sequences, e.g. the Qwen2.5-VL vision tower's
  *   windows of 64 patches or many short prompts, wastes most of a query tile when every
@@ -90,31 +91,30 @@
  *   kernel (its head dim may exceed the one fas_query_plan_support names: `minimal` packs head
  *   dim 64 onto its hd96 kernel), and the schedule holds 4 bytes more per query row (device_bytes).
  *
- *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and
- *   256 (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and
- *   256 (`full`; none at 96: their V transpose works in 64 x 64 blocks).
- *   An fp16/bf16 varlen plan whose head_dim (a multiple of 8) has no kernel of its own runs on
- *   the kernel of the next larger built head dim (ROUND-UP: head dim 80, the Qwen2.5-VL vision
- *   tower's, and 72 or 88 run on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and
- *   v at their real width (the missing columns count as zeros, so scores and the softmax are
- *   those of the real head dim) and writes only head_dim columns of out; nothing beyond them is
- *   read or written, so the tensors need no padding. fas_plan_info.kernel_head_dim names the
- *   kernel that runs, and fas_query_plan_support's *kernel_head_dim that of an unpacked plan (a
- *   packed one may run a larger head dim: PACKED PLANS). FP8 and paged-KV
- *   kernels serve their exact head dim only. The scale default (1/sqrt(head_dim)) uses the
- *   real head dim.
+ *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and 256
+ *   (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and 256
+ *   (`full`; none at 96: their V transpose works in 64 x 64 blocks). An fp16/bf16 varlen plan
+ *   whose head_dim (a multiple of 8) has no kernel of its own runs on the kernel of the next
+ *   larger built head dim (ROUND-UP: head dim 80, the Qwen2.5-VL vision tower's, and 72 or 88 run
+ *   on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and v at their real width (the
+ *   missing columns count as zeros, so scores and the softmax are those of the real head dim) and
+ *   writes only head_dim columns of out; nothing beyond them is read or written, so the tensors
+ *   need no padding. fas_plan_info.kernel_head_dim names the kernel that runs, and
+ *   fas_query_plan_support's *kernel_head_dim that of an unpacked plan (a packed one may run a
+ *   larger head dim: PACKED PLANS). FP8 and paged-KV kernels serve their exact head dim only. The
+ *   scale default (1/sqrt(head_dim)) uses the real head dim.
  *
- *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values
- *   (1 byte each; row strides in elements must then be multiples of 16), out is fp16 or bf16
- *   as fas_plan_args.out_dtype says. Each run may pass fp32 DESCALE factors in DEVICE memory:
+ *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values (1 byte
+ *   each; row strides in elements must then be multiples of 16), out is fp16 or bf16 as
+ *   fas_plan_args.out_dtype says. Each run may pass fp32 DESCALE factors in DEVICE memory:
  *   q_descale[num_heads_q], k_descale[num_heads_k], v_descale[num_heads_k] (real value = stored
  *   e4m3 value * descale of its head; NULL = 1; for a per-tensor scale fill every head with it).
  *   The kernel also rounds the softmax probabilities to e4m3 (scaled by 448) before the P*V
  *   product, so expect errors of a few percent of the output's magnitude against an exact
- *   reference on the same e4m3 inputs (tests/gpu/reference.h states the bound). There is no
- *   FA2 fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or
- *   FAS_ERROR_UNSUPPORTED_DEVICE when no SM90 FP8 kernel can serve the plan. FP8 plans over a
- *   PAGED cache run on the paged family instead, with their own rules: FP8 KV CACHE.
+ *   reference on the same e4m3 inputs (tests/gpu/reference.h states the bound). There is no FA2
+ *   fallback for FP8: fas_plan_create returns FAS_ERROR_NOT_BUILT or FAS_ERROR_UNSUPPORTED_DEVICE
+ *   when no SM90 FP8 kernel can serve the plan. FP8 plans over a PAGED cache run on the paged
+ *   family instead, with their own rules: FP8 KV CACHE.
  *
  *   Plan runs, both families: out has the varlen layout above; the scale, masking (bottom-right
  *   causal), GQA and alignment rules are those of fas_fwd. The LSE is natural-log, but its
@@ -356,18 +356,18 @@ typedef struct fas_plan_info {
     /* ---- appended in 0.2 (0 for families where they do not apply) ---- */
     int kv_splits;        /* paged, SM90: most KV chunks one sequence is split into (1 = none) */
     int packed_gqa;       /* paged, SM90: query heads packed into one tile's rows per KV head (SM90: 1) */
-    int query_tile_rows;  /* paged, SM90: rows of a query tile (paged family 16 or 64, SM90 64-192) */
+    int query_tile_rows;  /* paged, SM90: rows of a query tile (paged family 16, 32 or 64, SM90 64-192) */
     int num_ctas;         /* paged, SM90: CTAs of the attention launch */
     int total_pages;      /* paged KV cache (either family): entries of fas_plan_run_args.page_indices
                            * (0 for other plans; contiguous-KV paged-family plans list their pages
                            * themselves) */
-    int ctas_per_sm;      /* paged, SM90: CTAs per SM the attention launch is planned for; the
-                           * decode kernel (16-row tiles) runs 1 on cards whose memory outruns its
-                           * cp.async shapes (an H200: a persistent CTA per SM loading with the TMA
-                           * engine) where pages hold a multiple of 8 rows or the KV is contiguous,
-                           * and so on every card over an FP8 KV cache at head dim 128 or 256;
-                           * otherwise 1 for long KV chunks (CTAs averaging more than 2048 keys,
-                           * head dim 128), else 2; over an FP8 KV cache 3 when the plan fills at
+    int ctas_per_sm;      /* paged, SM90: CTAs per SM the attention launch is planned for; the decode
+                           * kernel (16-row tiles) runs 1 on cards whose memory outruns its cp.async
+                           * shapes (an H200: a persistent CTA per SM loading with the TMA engine) where
+                           * pages hold a multiple of 8 rows or the KV is contiguous (17-32 rows per
+                           * tile: 32-row tiles), and so on every card over an FP8 KV cache at head dim
+                           * 128 or 256; otherwise 1 for long KV chunks (CTAs averaging more than 2048
+                           * keys, head dim 128), else 2; over an FP8 KV cache 3 when the plan fills at
                            * most a wave of those, else 2; SM90 plans 1 */
 
     /* ---- appended in 0.3 ---- */
@@ -422,24 +422,24 @@ FAS_API fas_status fas_plan_get_info(const fas_plan* plan, fas_plan_info* info);
  * (those may move a plan to another kernel or family: see MASKS), and the head dim of the kernel
  * that would run (SM90 or FA2 round-up: see HEAD DIMS) when the plan is not packed: a batch of
  * short sequences may run a packed kernel of a larger head dim instead (PACKED PLANS), which
- * fas_plan_info.kernel_head_dim names. For FAS_DTYPE_E4M3 it
- * succeeds (family SM90) when an FP8 kernel with either output dtype is built; fas_get_kernel_info
- * lists the output dtypes. On FAS_SUCCESS stores
- * the family in *family and the kernel head dim in *kernel_head_dim (either may be NULL).
- * FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a bad dtype or
- * head_dim; device errors as fas_check_device. */
+ * fas_plan_info.kernel_head_dim names. For FAS_DTYPE_E4M3 it succeeds (family SM90) when an FP8
+ * kernel with either output dtype is built; fas_get_kernel_info lists the output dtypes. On
+ * FAS_SUCCESS stores the family in *family and the kernel head dim in *kernel_head_dim (either
+ * may be NULL). FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a bad
+ * dtype or head_dim; device errors as fas_check_device. */
 FAS_API fas_status fas_query_plan_support(fas_dtype dtype, int head_dim, int causal, fas_family* family,
                                           int* kernel_head_dim);
 
 /* Whether the paged family can serve a plan for (dtype, head_dim, causal) with at most
  * max_query_len queries per sequence and `group` = num_heads_q / num_heads_k query heads per KV
- * head on the CURRENT device: a paged KV cache, or a varlen plan of at most 8 queries per
- * sequence (see PAGED KV CACHE), or the SM90 paged kernel for a paged plan with more than 8
- * queries in some sequence, assuming the conditions listed there hold. On FAS_SUCCESS stores the
- * query tile rows of the kernel that would serve it (paged family 16 or 64, SM90 128 or 192;
- * fas_plan_info.query_tile_rows of such a plan) in *query_tile_rows (may be NULL). FAS_ERROR_NOT_BUILT (the message lists the paged kernels of this build),
- * FAS_ERROR_UNSUPPORTED_DEVICE, or FAS_ERROR_INVALID_ARGUMENT for a bad dtype, head_dim,
- * max_query_len (>= 1) or group (>= 1). Added in 0.2. */
+ * head on the CURRENT device: a paged KV cache, or a varlen plan of at most 8 queries per sequence
+ * (see PAGED KV CACHE), or the SM90 paged kernel for a paged plan with more than 8 queries in some
+ * sequence, assuming the conditions listed there hold. On FAS_SUCCESS stores the query tile rows
+ * of the kernel that would serve it (fas_plan_info.query_tile_rows of such a plan: paged family
+ * 16, 32 or 64, SM90 128 or 192; 32 assumes pages of a multiple of 8 rows or contiguous KV, other
+ * pages take 64 there) in *query_tile_rows (may be NULL). FAS_ERROR_NOT_BUILT (the message lists
+ * the paged kernels of this build), FAS_ERROR_UNSUPPORTED_DEVICE, or FAS_ERROR_INVALID_ARGUMENT
+ * for a bad dtype, head_dim, max_query_len (>= 1) or group (>= 1). Added in 0.2. */
 FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
                                            int* query_tile_rows);
 

@@ -253,8 +253,9 @@ constexpr auto decode_launch() {
     constexpr int kBytes = static_cast<int>(sizeof(KV));
     if constexpr (is_stream(S)) {
         constexpr bool kWide = S == kWideStream;
-        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8>;
-        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide>, true>{kernel};
+        constexpr int kRowBlocks = S == kPairStream ? 2 : 1;
+        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8, kRowBlocks>;
+        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide, kRowBlocks>, true>{kernel};
     } else {
         constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong, QFp8>;
         return DecodeLaunch<decltype(kernel), decode::Shape<HeadDim, S == kLong, kBytes>, false>{kernel};
@@ -264,8 +265,10 @@ constexpr auto decode_launch() {
 // Whether the kernel has a shape (kShort and kStream: always).
 template <int KvDtype, int HeadDim, int TileQ>
 constexpr bool has_shape(DecodeShape shape) {
-    return shape == kLong       ? has_long_decode(HeadDim, TileQ, KvDtype == FAS_DTYPE_E4M3)
-           : shape == kWideStream ? has_wide_stream(HeadDim, KvDtype == FAS_DTYPE_E4M3)
+    constexpr bool kFp8Kv = KvDtype == FAS_DTYPE_E4M3;
+    return shape == kLong          ? has_long_decode(HeadDim, TileQ, kFp8Kv)
+           : shape == kWideStream ? has_wide_stream(HeadDim, kFp8Kv)
+           : shape == kPairStream ? has_pair_stream(HeadDim, kFp8Kv)
                                   : true;
 }
 
@@ -283,6 +286,11 @@ cudaError_t with_shape(DecodeShape shape, const Fn& fn) {
         case kWideStream:
             if constexpr (has_shape<KvDtype, HeadDim, 16>(kWideStream)) {
                 return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kWideStream, QFp8>());
+            }
+            break;
+        case kPairStream:
+            if constexpr (has_shape<KvDtype, HeadDim, 16>(kPairStream) && !QFp8) {
+                return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kPairStream, QFp8>());
             }
             break;
     }

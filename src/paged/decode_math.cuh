@@ -91,7 +91,9 @@ struct WarpState {
 // One stage of a warp: its Blocks x 16 keys from tile row key0 on (global key stage_key) of the K
 // and V tiles, against Q (q_step(step, frag): the A operand of 16 dims). T: q and out; KV: the
 // caches' element (T or e4m3: then the mma runs in fp16).
-template <typename T, typename KV, int HeadDim, int Blocks, typename Offset, typename QStep>
+// QkUnroll: steps of 16 dims unrolled in the scores' loop (all where q_step reads registers;
+// fewer keep fewer fragment loads in flight, for warps capped at fewer registers).
+template <typename T, typename KV, int HeadDim, int Blocks, int QkUnroll = HeadDim / 16, typename Offset, typename QStep>
 __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t* k_tile, const uint8_t* v_tile,
                                            int key0, int stage_key, const KeyBounds& bounds, const ScoreScale& sc,
                                            const Offset& offset, const QStep& q_step, int lane) {
@@ -103,7 +105,7 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
     if constexpr (kFp8) {
         fp8::scores<HeadDim>(s, k_tile, key0, lane, q_step, offset);
     } else {
-#pragma unroll
+#pragma unroll QkUnroll
         for (int step = 0; step < HeadDim / 16; ++step) {
             uint32_t q_frag[4];
             q_step(step, q_frag);

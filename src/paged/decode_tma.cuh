@@ -70,6 +70,11 @@ template <int Threads>
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(Threads) : "memory");
 }
+// A barrier of the consumer warps that share a key slice (one per 16-row block): barriers 2 on.
+template <int Threads>
+__device__ __forceinline__ void slice_sync(int slice) {
+    asm volatile("bar.sync %0, %1;" ::"r"(2 + slice), "n"(Threads) : "memory");
+}
 
 }  // namespace tma
 
@@ -160,12 +165,15 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
 }
 
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
-// (e4m3 caches only).
-template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8>
-__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThreads, 1)
+// (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
+// consumer warps over the same stages, so that 17-32 rows per sequence read the KV once.
+template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8, int RowBlocks>
+__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBlocks>::kThreads, 1)
     stream_kernel(const __grid_constant__ LaunchArgs a) {
-    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide>;
+    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide, RowBlocks>;
     constexpr bool kFp8 = sizeof(KV) == 1;
+    constexpr int kRows = 16 * RowBlocks;  // of a query tile
+    static_assert(RowBlocks == 1 || (!kFp8 && HeadDim <= 128), "paired blocks: 16-bit caches up to head dim 128");
     constexpr int kConsumers = 32 * S::kConsumerWarps;
     extern __shared__ __align__(1024) uint8_t smem[];
     __shared__ uint64_t full[S::kStages], empty[S::kStages];
@@ -193,7 +201,14 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
     const int group = a.num_heads_q / a.num_heads_k;
     const T* q = static_cast<const T*>(a.q);
     constexpr int kQChunks = HeadDim / 8;
-    constexpr bool kQInRegisters = HeadDim <= 128;
+    // Two blocks run twice the warps (9 with the producer), at most 168 registers each (ptxas):
+    // their Q fragments come from shared memory at each step, and their scores' loop is unrolled
+    // two steps, not all: fully unrolled it spilled 240 bytes and ran 64 x 4k 4-query GQA 8 at
+    // 91 us against 73 (H200; docs/design/decode-roofline.md).
+    constexpr bool kQInRegisters = HeadDim <= 128 && RowBlocks == 1;
+    constexpr int kQkUnroll = RowBlocks == 1 ? HeadDim / 16 : 2;
+    const int block = RowBlocks == 1 ? 0 : warp / S::kKeySlices;  // this warp's 16-row block of the query tile
+    const int key0 = (warp % S::kKeySlices) * S::kWarpKeys;        // and its keys of each stage
     const auto offset = [](int row, int chunk) { return stream_offset<S::kRowBytes, S::kKeys>(row, chunk); };
     const auto q_offset = [](int row, int chunk) {  // the Q tile: 16-bit rows, chunks XOR the row's low bits
         return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
@@ -202,8 +217,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
     // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item).
     const int items = a.num_ctas * a.num_heads_k;
     const auto copy_q = [&](const Item& w, uint8_t* to) {
-        for (int i = tid; i < 16 * kQChunks; i += kConsumers) {
-            const int row = i / kQChunks, packed = w.qo_tile * 16 + row, token = packed / group;
+        for (int i = tid; i < kRows * kQChunks; i += kConsumers) {
+            const int row = i / kQChunks, packed = w.qo_tile * kRows + row, token = packed / group;
             const bool valid = token < w.qo_len;
             const T* src = q + static_cast<int64_t>(w.q_begin + (valid ? token : 0)) * a.q_row_stride +
                            (w.kv_head * group + packed % group) * HeadDim + (i % kQChunks) * 8;
@@ -222,7 +237,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
     for (int index = blockIdx.x; index < items; index += gridDim.x, buffer ^= 1) {
         const Item w = kFp8 ? describe<S::kKeys>(a, index) : next;
         uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
-        const int row0 = w.qo_tile * 16;
+        const int row0 = w.qo_tile * kRows;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
         if constexpr (kFp8) {
             fp8::QStaging<T, HeadDim, kConsumers, true, QFp8> staging;
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
         tma::consumers_sync<kConsumers>();
         uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
         const auto q_address = [&](int step) {
-            return reinterpret_cast<T*>(q_tile + q_offset(lane % 16, 2 * step + lane / 16));
+            return reinterpret_cast<T*>(q_tile + q_offset(16 * block + lane % 16, 2 * step + lane / 16));
         };
         if constexpr (kQInRegisters) {
 #pragma unroll
@@ -263,11 +278,13 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
             }
         };
         const ScoreScale sc(a.softmax_scale, a.softcap, k_scale, q_scale);
-        const KeyBounds bounds =
-            key_bounds<Causal>(row0, g, group, w.kv_len, w.qo_len, w.kv_begin, w.kv_end, a.window_left);
+        const KeyBounds bounds = key_bounds<Causal>(row0 + 16 * block, g, group, w.kv_len, w.qo_len, w.kv_begin,
+                                                    w.kv_end, a.window_left);
+        // A block past the item's rows (a sequence with fewer queries than the plan's longest)
+        // skips the math, and keeps its warps' part in the barriers.
+        const bool active = RowBlocks == 1 || 16 * block < w.qo_len * group - row0;
         WarpState<HeadDim> st;
         st.init();
-        const int key0 = warp * S::kWarpKeys;  // this warp's keys of each stage
         for (int it = 0; it < w.iterations; ++it, ++stage) {
             const int slot = stage % S::kStages;
             tma::wait(&full[slot], (stage / S::kStages) & 1);
@@ -275,35 +292,48 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide>::kThrea
             uint8_t* const v_tile = k_tile + S::kTileBytes;
             const int stage_key = w.first + it * S::kKeys + key0;
             if (stage_key + S::kWarpKeys > w.kv_end) {  // zero this warp's V rows past the end
-                constexpr int kChunksPerRow = S::kRowBytes / 16;
-                const int from = max(0, w.kv_end - stage_key);
-                for (int i = from * kChunksPerRow + lane; i < S::kWarpKeys * kChunksPerRow; i += 32) {
-                    *reinterpret_cast<uint4*>(v_tile + offset(key0 + i / kChunksPerRow, i % kChunksPerRow)) =
-                        make_uint4(0, 0, 0, 0);
+                if (block == 0) {  // once per key slice: the other blocks' warps of the slice wait for it
+                    constexpr int kChunksPerRow = S::kRowBytes / 16;
+                    const int from = max(0, w.kv_end - stage_key);
+                    for (int i = from * kChunksPerRow + lane; i < S::kWarpKeys * kChunksPerRow; i += 32) {
+                        *reinterpret_cast<uint4*>(v_tile + offset(key0 + i / kChunksPerRow, i % kChunksPerRow)) =
+                            make_uint4(0, 0, 0, 0);
+                    }
+                    tma::fence_async();
                 }
-                tma::fence_async();
-                __syncwarp();
+                if constexpr (RowBlocks > 1) {
+                    tma::slice_sync<32 * RowBlocks>(warp % S::kKeySlices);
+                } else {
+                    __syncwarp();
+                }
             }
-            warp_stage<T, KV, HeadDim, S::kBlocks>(st, k_tile, v_tile, key0, stage_key, bounds, sc, offset, q_step,
-                                                   lane);
+            if (active) {
+                warp_stage<T, KV, HeadDim, S::kBlocks, kQkUnroll>(st, k_tile, v_tile, key0, stage_key, bounds, sc,
+                                                                  offset, q_step, lane);
+            }
             if (it + 1 < w.iterations) {  // the last stage's slot is the scratch of the item's end
                 __syncwarp();
                 if (lane == 0) tma::arrive(&empty[slot]);
             }
         }
-        const TileOutput tile{w.request, w.qo_tile, w.kv_tile, w.kv_head, w.qo_len, group, w.num_chunks};
+        // Each 16-row block ends as a tile of its own, its warps' states and O in their own part of
+        // the scratch (finish_tile's tiles are 16 rows, combined by the warps of one block).
+        const TileOutput tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
+                              w.num_chunks};
         const auto sync = [] { tma::consumers_sync<kConsumers>(); };
         if (w.iterations > 0) {
             const int slot = (stage - 1) % S::kStages;
+            float* const scratch = reinterpret_cast<float*>(ring + slot * S::kStageBytes);
             sync();  // every warp is done with the last stage: its slot becomes the scratch
-            finish_tile<T, KV, HeadDim, S::kConsumerWarps>(
-                st, state, reinterpret_cast<float*>(ring + slot * S::kStageBytes), a, tile, v_scale, tid, sync);
+            finish_tile<T, KV, HeadDim, S::kKeySlices>(st, state + block * S::kKeySlices * 16 * 2,
+                                                       scratch + block * S::kKeySlices * 16 * HeadDim, a, tile, v_scale,
+                                                       tid - block * 32 * S::kKeySlices, sync);
             sync();  // every warp has read the scratch
             tma::fence_async();
             __syncwarp();
             if (lane == 0) tma::arrive(&empty[slot]);
         } else {  // no keys (and no landed stage to borrow as scratch)
-            finish_empty_tile<T, HeadDim>(a, tile, tid, kConsumers);
+            finish_empty_tile<T, HeadDim>(a, tile, tid - block * 32 * S::kKeySlices, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile
         }
     }

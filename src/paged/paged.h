@@ -25,10 +25,11 @@
 namespace fas_paged {
 
 // The decode kernel's shapes (16-row tiles), chosen per plan: kShort and kLong load with cp.async
-// (decode.cuh), kStream and kWideStream (twice the consumer warps) with the TMA engine
-// (decode_tma.cuh). The 64-row kernel has kShort only.
-enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2, kWideStream = 3 };
-constexpr bool is_stream(DecodeShape shape) { return shape == kStream || shape == kWideStream; }
+// (decode.cuh), kStream, kWideStream (twice the consumer warps) and kPairStream (32-row tiles,
+// two 16-row blocks on each stage) with the TMA engine (decode_tma.cuh). The 64-row kernel has
+// kShort only.
+enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2, kWideStream = 3, kPairStream = 4 };
+constexpr bool is_stream(DecodeShape shape) { return shape == kStream || shape == kWideStream || shape == kPairStream; }
 
 // Everything one launch reads; device pointers unless said. Int32 arrays come from the plan's
 // schedule (schedule.cpp), tensors from the run.
@@ -134,6 +135,14 @@ constexpr bool streams_on_any_card(int head_dim, bool fp8_kv) { return fp8_kv &&
 // warps 2.4-3.9 (hd64: 14-17% faster). On an H100 8 were 0-5% slower than 4, and for 16-bit caches
 // slower on both cards.
 constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && head_dim <= 128; }
+// The pair shape: the stream shape with 32-row query tiles (two 16-row blocks, each with its own
+// 4 consumer warps on the same stages), for plans of 17-32 packed rows per sequence (speculative
+// decode: 4 queries x GQA 8) that would otherwise take the 64-row kernel. 16-bit caches up to
+// head dim 128 (at 256 a warp's O would not fit the 168 registers of 9 warps), on the stream
+// shape's cards: on an H200 it ran 64 x 4k 4-query GQA 8 at 73 us against the 64-row kernel's 89,
+// on an H100 it was slower on 6 rows of 8 (docs/design/decode-roofline.md).
+constexpr bool has_pair_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
+constexpr int kPairTileRows = 32;
 constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
 // Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
 // whose warps hold twice the accumulators).
@@ -177,9 +186,17 @@ const Kernel& kernel(int index);
 // The kernel for a layout: the 16-row tile when max_query_len * group fits it (causal kernels
 // serve non-causal single-query plans too: one query sees every key either way), else 64 rows.
 // E4M3 caches: the 16-row e4m3 kernel at any query length (several 16-row tiles per sequence;
-// there is no 64-row one). NULL with *why set when none is built.
+// there is no 64-row one). pair_tiles: the caches' pages take the pair shape's copies (contiguous
+// KV, or pages of a multiple of kMinStreamBox rows); then the 16-row kernel takes up to
+// kPairTileRows rows where it has that shape. NULL with *why set when none is built.
 const Kernel* choose_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal, int max_query_len,
-                            int group, std::string* why);
+                            int group, bool pair_tiles, std::string* why);
+// Whether the pair shape may take a plan on this device (see choose_kernel): a stream card, and
+// caches whose pages the stream shape's copies take.
+inline bool pair_tiles(const fas::DeviceProps& device, bool contiguous, int page_size) {
+    return device.dram_bytes_per_sm_clock() >= kStreamMinBytesPerSmClock &&
+           (contiguous || page_size % kMinStreamBox == 0);
+}
 // Whether any kernel of this build serves (dtype, kv_dtype, head_dim, causal) in some layout.
 bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal);
 
@@ -203,6 +220,7 @@ struct Plan {
     int total_pages = 0;
     int kv_splits = 1;
     int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
+    int tile_rows = 16;   // of a query tile (fas_plan_info.query_tile_rows): the kernel's, 32 paired
     int group = 1;
 
     Plan() = default;

@@ -162,11 +162,12 @@ bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequ
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
-    int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0;  // per SM; 0: the kernel has no such shape
+    int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0, pair_ctas = 0;  // per SM; 0: no such shape
     cudaError_t error = kernel->occupancy(kShort, &short_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kLong, &long_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kStream, &stream_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kWideStream, &wide_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(kPairStream, &pair_ctas);
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
@@ -178,8 +179,12 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 #ifdef FAS_DEV_DECODE_SHAPE  // measuring builds only (bench/dev_library.py --define): 2 stream, else the others
     fast_card = FAS_DEV_DECODE_SHAPE == 2;
 #endif
-    const bool stream = (fast_card || streams_on_any_card(layout.head_dim, fp8_kv)) && stream_ctas > 0 && box_rows > 0 &&
-                        stream_maps(layout, kernel, request, box_rows, &stream_args, &no_stream);
+    // More than 16 packed rows in some sequence on the 16-row kernel (choose_kernel allows it
+    // only where pair_tiles holds): 32-row tiles in the pair shape (paged.h).
+    const bool pair = kernel->tile_q == 16 && pair_ctas > 0 &&
+                      int64_t{layout.max_seqlen_q} * (layout.num_heads_q / layout.num_heads_k) > 16;
+    const bool stream = (fast_card || pair || streams_on_any_card(layout.head_dim, fp8_kv)) && stream_ctas > 0 &&
+                        box_rows > 0 && stream_maps(layout, kernel, request, box_rows, &stream_args, &no_stream);
     // A stream shape where it can run and the card's memory outruns the other shapes, or the plan
     // streams on any card (paged.h; wide where the kernel has it, on such a card), a persistent
     // CTA per SM (its wave is one CTA per SM).
@@ -191,9 +196,9 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     DecodeShape shape = kShort;
     try {
         if (stream) {
-            shape = fast_card && wide_ctas > 0 ? kWideStream : kStream;
-            build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv),
-                           wave(1), &s);
+            shape = pair ? kPairStream : fast_card && wide_ctas > 0 ? kWideStream : kStream;
+            build_schedule(layout, request, shape == kPairStream ? kPairTileRows : kernel->tile_q,
+                           kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv), wave(1), &s);
         } else if (long_ctas > 0) {
             build_schedule(layout, request, kernel->tile_q, kv_tile_rows(layout.head_dim, kernel->tile_q, kLong, fp8_kv),
                            wave(long_ctas), &s);
@@ -298,6 +303,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
     plan->ctas_per_sm = is_stream(shape) ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
+    plan->tile_rows = shape == kPairStream ? kPairTileRows : kernel->tile_q;
     plan->group = layout.num_heads_q / layout.num_heads_k;
     *out = std::move(plan);
     return FAS_SUCCESS;

@@ -63,11 +63,12 @@ bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal) 
 }
 
 const Kernel* choose_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal, int max_query_len,
-                            int group, std::string* why) {
+                            int group, bool pair_tiles, std::string* why) {
     const int64_t packed_rows = static_cast<int64_t>(max_query_len) * group;
     // E4M3 caches have only the 16-row kernel; it takes any query length as several tiles.
     const bool fp8 = kv_dtype == FAS_DTYPE_E4M3;
-    if (packed_rows <= 16 || fp8) {
+    const bool paired = pair_tiles && has_pair_stream(head_dim, fp8) && packed_rows <= kPairTileRows;
+    if (packed_rows <= 16 || fp8 || paired) {
         // One query sees every key with or without the (bottom-right) causal mask.
         const Kernel* small = find(dtype, kv_dtype, head_dim, causal || max_query_len <= 1, 16);
         if (small != nullptr) return small;

@@ -151,6 +151,12 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             decode.plan_runs = 2;
             decode.expect_family = FAS_FAMILY_PAGED;
             cases.push_back(decode);
+            // 4 queries x GQA 8: 32-row tiles of the decode kernel up to head dim 128.
+            AttentionCase pair = decode;
+            pair.config = "plan-decode-contiguous-pair";
+            pair.seqlens_q = {1, 4, 3, 1};
+            pair.seqlens_k = {1, 4097, 77, 300};
+            cases.push_back(pair);
             // The same with a causal window of 64 keys and softcap 30, on the decode kernel too.
             decode.config = "plan-decode-contiguous-window-softcap";
             decode.heads_q = 8;

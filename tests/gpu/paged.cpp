@@ -29,6 +29,7 @@ struct PagedCase {
     // An FP8 plan over the e4m3 caches: q e4m3 with per-head descales, out dtype (the kernel
     // rounds q * descale to fp16, so the reference reads q so rounded); kv_dtype left 0.
     bool fp8_q = false;
+    int expect_tile_rows = 0;  // > 0: fas_plan_info.query_tile_rows
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -178,6 +179,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         (c.expect_ctas_per_sm != 0 && info.ctas_per_sm != c.expect_ctas_per_sm) || info.ctas_per_sm < 1 ||
         // The query assumes a layout the SM90 paged kernels take; expect_family cases break that.
         (c.fp8_kv && info.query_tile_rows != 16) ||
+        (c.expect_tile_rows > 0 && info.query_tile_rows != c.expect_tile_rows) ||
         (c.expect_family < 0 && !mixed && !c.fp8_kv && queried_tile != info.query_tile_rows)) {
         fas_plan_destroy(plan);
         return {false, "unexpected plan info (or fas_query_paged_support: status " + std::to_string(queried) +
@@ -258,6 +260,7 @@ std::string describe(const PagedCase& c, fas_dtype dtype) {
 
 void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally) {
     std::vector<PagedCase> cases;
+    const bool on_stream_card = stream_card();
     for (int head_dim : {64, 128, 256}) {
         if (!has_kernel("paged", dtype, head_dim, true)) continue;
         // Decode: one query per sequence against 0, 1, 7 and 4097 keys, GQA 8 (Qwen2.5-VL: 16/2).
@@ -275,6 +278,25 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // (2 x 8) and the 64-row tile (8 x 8), with a split.
         cases.push_back({"paged-spec", 16, 2, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}});
         cases.push_back({"paged-spec-split", 16, 2, head_dim, true, 64, {8}, {30000}, true});
+        // 17-32 rows (4 queries x GQA 8, 2 x GQA 16): on a stream card the decode kernel's 32-row
+        // tiles up to head dim 128 (two 16-row blocks; sequences with fewer rows leave the second
+        // idle, one without keys writes zeros), a split; pages of 4 take no TMA boxes of 8 rows,
+        // so the 64-row tile, as every such plan on other cards.
+        const bool pairs = on_stream_card && head_dim <= 128;
+        const int pair_rows = pairs ? 32 : 64;
+        const auto pair_case = [&](PagedCase c, int tile_rows) {
+            c.expect_tile_rows = tile_rows;
+            cases.push_back(c);
+        };
+        pair_case({"paged-spec-pair", 16, 2, head_dim, true, 16, {4, 3, 1, 2, 4}, {40, 4097, 6, 9, 0}}, pair_rows);
+        pair_case({"paged-spec-pair-gqa16", 16, 1, head_dim, true, 32, {2, 2, 1}, {1000, 31, 5}}, pair_rows);
+        pair_case({"paged-spec-pair-split", 16, 2, head_dim, true, 16, {4}, {quick ? 20000 : 65536}, true}, pair_rows);
+        pair_case({"paged-spec-pair-page4", 16, 2, head_dim, true, 4, {4, 1}, {300, 77}, false, 0, FAS_FAMILY_PAGED}, 64);
+        if (pairs) {  // windows and softcaps: the decode kernel only
+            pair_case({"paged-spec-pair-window-softcap", 14, 2, head_dim, true, 32, {4, 2, 3}, {5000, 40, 300}, false, 0,
+                       FAS_FAMILY_PAGED, 64, 30.f},
+                      32);
+        }
         // Chunked prefill (queries fewer than keys, bottom-right causal): the SM90 paged kernel
         // where built. A sequence without queries, one whose queries end a page, pages of 48.
         cases.push_back({"paged-chunked-small", 8, 2, head_dim, true, 48, {20, 0, 37}, {100, 64, 37}});
@@ -383,7 +405,6 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
     // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream
     // shape, one persistent CTA per SM, and on every card e4m3 plans of head dim 128 and 256 do;
     // smaller pages keep the shapes named above.
-    const bool on_stream_card = stream_card();
     for (PagedCase& c : cases) {
         const bool streams = on_stream_card || (c.fp8_kv && c.head_dim >= 128);
         if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0 && streams) {
