@@ -1,7 +1,10 @@
-// The template every paged_prefill kernel TU instantiates once: FlashInfer's
+// The template every paged_prefill kernel TU instantiates: FlashInfer's
 // BatchPrefillWithPagedKVCache kernel with our own tile choice (no runtime dispatch over tile
-// shapes, so a TU holds one kernel), launched on the plan's schedule, plus the merge of split
-// partial results (merge.cuh).
+// shapes), launched on the plan's schedule, plus the merge of split partial results (merge.cuh).
+// A TU holds the kernel twice: writing out (T), and writing a split plan's partial rows in fp32,
+// so that the merge rounds once (16-bit partials put a second rounding into every output: on a
+// split of 30000 keys they came out 2.1x as far from exact attention as the same computation
+// rounded once, past the tests' rule of 2x).
 // Only kernel TUs include this (it pulls in FlashInfer's headers); everything else sees paged.h.
 #ifndef FAS_PAGED_LAUNCH_CUH
 #define FAS_PAGED_LAUNCH_CUH
@@ -18,11 +21,12 @@
 
 namespace fas_paged {
 
-template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+// O: what the kernel writes, T (out) or float (a split plan's partial rows).
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ, typename O = typename Element<Dtype>::type>
 struct PagedTraits {
     static_assert(KvDtype == Dtype, "the 64-row kernel reads caches of q's type (e4m3 caches: decode.cuh)");
     using T = typename Element<Dtype>::type;
-    using Params = flashinfer::BatchPrefillPagedParams<T, T, T, int32_t>;
+    using Params = flashinfer::BatchPrefillPagedParams<T, T, O, int32_t>;
     using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
                                                  /*logits_soft_cap=*/false, /*alibi=*/false>;
     static constexpr uint32_t kWarpsQ = flashinfer::get_num_warps_q(TileQ);
@@ -33,7 +37,7 @@ struct PagedTraits {
     static constexpr uint32_t kMmaKV = kv_tile_rows(HeadDim, TileQ) / (16 * kWarpsKV);
     using KTraits = flashinfer::KernelTraits<Causal ? flashinfer::MaskMode::kCausal : flashinfer::MaskMode::kNone,
                                              TileQ, kMmaQ, kMmaKV, HeadDim / 16, HeadDim / 16, kWarpsQ, kWarpsKV,
-                                             flashinfer::PosEncodingMode::kNone, T, T, T, float, int32_t, Variant>;
+                                             flashinfer::PosEncodingMode::kNone, T, T, O, float, int32_t, Variant>;
     static_assert(!KTraits::IsInvalid(), "FlashInfer rejects this tile shape");
     static constexpr size_t kSmemBytes = sizeof(typename KTraits::SharedStoragePaged);
     static_assert(2 * kSmemBytes <= 228 * 1024, "two CTAs per SM must fit Hopper's shared memory");
@@ -47,20 +51,26 @@ struct PagedTraits {
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
 cudaError_t occupancy(DecodeShape shape, int* ctas_per_sm) {
     using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ>;
+    using SplitTraits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ, float>;
+    static_assert(SplitTraits::kSmemBytes == Traits::kSmemBytes, "fp32 partials share the union of the Q/K/V tiles");
     if (shape != kShort) {  // only the decode kernel has other shapes
         *ctas_per_sm = 0;
         return cudaSuccess;
     }
     cudaError_t error =
         cudaFuncSetAttribute(Traits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+    if (error == cudaSuccess) {
+        error = cudaFuncSetAttribute(SplitTraits::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     SplitTraits::kSmemBytes);
+    }
     if (error != cudaSuccess) return error;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, Traits::kernel, Traits::KTraits::NUM_THREADS,
                                                          Traits::kSmemBytes);
 }
 
-template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
-cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
-    using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ>;
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ, typename O>
+cudaError_t launch_attention(const LaunchArgs& a, cudaStream_t stream) {
+    using Traits = PagedTraits<Dtype, KvDtype, HeadDim, Causal, TileQ, O>;
     using T = typename Traits::T;
     using Params = typename Traits::Params;
     // FlashInfer's structs take mutable pointers; the kernel only reads these.
@@ -87,7 +97,7 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     params.q = static_cast<T*>(const_cast<void*>(a.q));
     params.paged_kv = paged;
     params.q_indptr = ids(a.q_indptr);
-    params.o = static_cast<T*>(a.split ? a.tmp_v : a.out);
+    params.o = static_cast<O*>(a.split ? a.tmp_v : a.out);
     params.lse = a.split ? a.tmp_s : a.lse;
     params.group_size = flashinfer::uint_fastdiv(static_cast<uint32_t>(a.num_heads_q / a.num_heads_k));
     params.num_qo_heads = a.num_heads_q;
@@ -105,11 +115,17 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     params.padded_batch_size = a.num_ctas;
     params.partition_kv = a.split;
 
-    const cudaError_t error = launch_overlapped(Traits::kernel, dim3(a.num_ctas, 1, a.num_heads_k),
-                                                dim3(32, Traits::kWarpsQ, Traits::kWarpsKV), Traits::kSmemBytes,
-                                                stream, params);
-    if (error != cudaSuccess || !a.split) return error;
-    return launch_merge<T, T, HeadDim>(a, stream);
+    return launch_overlapped(Traits::kernel, dim3(a.num_ctas, 1, a.num_heads_k),
+                             dim3(32, Traits::kWarpsQ, Traits::kWarpsKV), Traits::kSmemBytes, stream, params);
+}
+
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
+    using T = typename Element<Dtype>::type;
+    if (!a.split) return launch_attention<Dtype, KvDtype, HeadDim, Causal, TileQ, T>(a, stream);
+    const cudaError_t error = launch_attention<Dtype, KvDtype, HeadDim, Causal, TileQ, float>(a, stream);
+    if (error != cudaSuccess) return error;
+    return launch_merge<float, T, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

@@ -28,8 +28,6 @@ struct Element<FAS_DTYPE_BF16> {
     using type = nv_bfloat16;
 };
 
-// TIn: the partial rows' element type (the decode kernel writes fp32, FlashInfer's prefill the
-// output type); TOut: the output's.
 // Launches kernel(args...) with programmatic dependent launch: it may start while the kernel
 // before it on the stream drains, and waits (griddepcontrol.wait) before it reads anything that
 // kernel could write; what it reads earlier is the plan's own schedule. Saves a launch gap per
@@ -50,6 +48,7 @@ cudaError_t launch_overlapped(Kernel kernel, dim3 grid, dim3 block, size_t smem_
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
+// TIn: the partial rows' element type (fp32 from both paged kernels); TOut: the output's.
 template <typename TIn, typename TOut, int HeadDim>
 struct MergeTraits {
     static constexpr uint32_t kVec = (16 / sizeof(TIn)) > (HeadDim / 32) ? (16 / sizeof(TIn)) : (HeadDim / 32);

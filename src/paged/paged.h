@@ -166,9 +166,8 @@ constexpr int window_start(int kv_len, int qo_len, int window_left) {
     return window_left < 0 || kv_len - qo_len - window_left < 0 ? 0 : kv_len - qo_len - window_left;
 }
 
-// Bytes per element of a split plan's partial rows: the decode kernel (16-row tiles) writes
-// fp32, FlashInfer's prefill kernel the output type.
-constexpr int partial_element_bytes(int tile_q) { return tile_q == 16 ? 4 : 2; }
+// Bytes per element of a split plan's partial rows: fp32 from both kernels (launch.cuh).
+constexpr int kPartialElementBytes = 4;
 
 struct Kernel {
     fas_dtype dtype;     // q and out

@@ -238,7 +238,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
                                             &s.page_ids,      &chunk_value};
     size_t schedule_bytes = 0;
     for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
-    const size_t element = static_cast<size_t>(partial_element_bytes(kernel->tile_q));
+    const size_t element = static_cast<size_t>(kPartialElementBytes);
     const size_t partial_v = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * layout.head_dim * element;
     const size_t partial_s = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * sizeof(float);
     const size_t partial_at = (schedule_bytes + 255) / 256 * 256;
