@@ -98,7 +98,7 @@ def build(names: list[str], out: Path, workers: int, defines: list[str], nvcc: s
     linked = [job(REPO / tu.source, [*UPSTREAM, *OWN]) for tu in kernels]
     api_flags = [*OWN, f"-I{REPO}/src/standins", f"-I{gen}", "-DFAS_VERSION_MAJOR=0", "-DFAS_VERSION_MINOR=0",
                  "-DFAS_VERSION_PATCH=0"]
-    for folder in ("src/api", "src/fa2", "src/sm90", "src/paged"):
+    for folder in ("src/core", "src/api", "src/fa2", "src/sm90", "src/paged"):
         for source in sorted((REPO / folder).iterdir()):
             if source.suffix not in (".cpp", ".cu"):
                 continue

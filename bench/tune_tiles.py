@@ -193,7 +193,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
                                     str(REPO / "src/sm90/schedule.cu")]
         mine.append(plan_obj)
         variant_objects[variant] = mine
-    # The rest of the host code (src/api, src/fa2, the SM90 registry and plan), named by the
+    # The rest of the host code (src/core, src/api, src/fa2, the SM90 registry and plan), named by the
     # kernel set: its registry is compiled in, so another --head-dims needs other objects.
     kernel_set = hashlib.sha256(registry(kernels).encode()).hexdigest()[:12]
     api_flags = [*FLAGS, *own, f"-I{REPO}/src/standins", f"-I{gen}", "-DFAS_VERSION_MAJOR=0",
@@ -202,7 +202,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     def sources(folder: str) -> list[Path]:
         return sorted(path for path in (REPO / folder).iterdir() if path.suffix in (".c", ".cpp", ".cu"))
 
-    host_sources = [*sources("src/api"), REPO / "src/sm90/registry.cpp", REPO / "src/sm90/plan.cu",
+    host_sources = [*sources("src/core"), *sources("src/api"), REPO / "src/sm90/registry.cpp", REPO / "src/sm90/plan.cu",
                     *sources("src/fa2"), *sources("src/paged")]
     api_objs = []
     for source in host_sources:

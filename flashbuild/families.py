@@ -94,7 +94,8 @@ class CodePath:
 CODE_PATHS = {
     path.name: path
     for path in (
-        CodePath("api", "src/api", None),  # the exported functions, status, layout, registry view
+        CodePath("core", "src/core", None),  # what the families share: status, device, layout, KV checks
+        CodePath("api", "src/api", None),  # the exported functions over the families: plans, registry view
         CodePath("fa2", "src/fa2", FLASH_ATTN),  # the only code that includes FA2's headers
         CodePath("sm90", "src/sm90", None),  # SM90 planner and launches through fas_sm90::launch_ragged
         CodePath("paged", "src/paged", None),  # paged-KV planner and launches through fas_paged::launch_paged

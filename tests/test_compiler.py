@@ -28,9 +28,9 @@ KERNEL = "paged_decode_hdim64_fp16_causal_sm90"  # the smoke matrix's one kernel
 
 TREE = {
     "VERSION": "1.2.3\n",
-    "src/api/exports.cpp": '#include "api/status.h"\n',
-    "src/api/status.cpp": '#include "api/status.h"\n',
-    "src/api/status.h": "// status\n",
+    "src/api/exports.cpp": '#include "core/status.h"\n',
+    "src/core/status.cpp": '#include "core/status.h"\n',
+    "src/core/status.h": "// status\n",
     "src/fa2/launch.cu": '#include "kernel_registry.inc"\n',
     "src/sm90/plan.cu": '#include "sm90/tiles.h"\n',
     "src/sm90/tiles.h": "// tiles\n",
@@ -66,7 +66,7 @@ def test_host_flags_follow_the_code_folder(tree, fake_build):
     compiler = compiler_for(tree, fake_build)
     compiler.write_registry()
     specs = {host.name: compiler.host_spec(host) for host in compiler.plan.hosts}
-    assert list(specs) == ["api_exports", "api_status", "fa2_launch", "sm90_plan", "glibc_compat"]
+    assert list(specs) == ["core_status", "api_exports", "fa2_launch", "sm90_plan", "glibc_compat"]
     fa2_include = f"-I{(fake_build.third_party / 'flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src').resolve()}"
     for name, spec in specs.items():
         upstream_paths = [f for f in spec.flags if str(fake_build.third_party) in f]
@@ -85,7 +85,7 @@ def test_host_keys_cover_the_registry_and_kernel_keys_do_not(tree, fake_build):
     hosts = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
     kernels = {tu.name: compiler.kernel_spec(tu).key for tu in compiler.plan.kernels}
     compiler.registry.write_text("FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false)\n")
-    (tree / "src/api/status.h").write_text("// another status\n")
+    (tree / "src/core/status.h").write_text("// another status\n")
     after = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
     changed = {name for name in hosts if hosts[name] != after[name]}
     assert changed == set(hosts) - {"glibc_compat"}
@@ -99,7 +99,7 @@ def test_build_compiles_every_tu_once_records_costs_and_links_by_the_names(tree,
     compiler = compiler_for(tree, fake_build)
     results = compile_all(compiler)
     assert sorted(r.name for r in results if not r.cached) == sorted(
-        [KERNEL, "api_exports", "api_status", "fa2_launch", "sm90_plan", "glibc_compat"])
+        [KERNEL, "core_status", "api_exports", "fa2_launch", "sm90_plan", "glibc_compat"])
     recorded = Stats(compiler.build_root).read()
     assert recorded[f"{KERNEL}@sm_90a"] == {"peak_rss_kb": 2048000, "wall_s": pytest.approx(0, abs=5)}
     assert all(r.cached for r in compile_all(compiler)), "a second build reuses every object"

@@ -191,7 +191,7 @@ def _in_toolchain(repo, argv):
 
 
 def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smoke_artifact, tmp_path):
-    """src/api/lse.cu (a kernel in an anonymous namespace) compiled in two clones at different
+    """src/core/lse.cu (a kernel in an anonymous namespace) compiled in two clones at different
     paths, each in its own toolchain container: identical objects with fixed_pid's shim. The
     control: two plain compiles in one clone differ (nvcc's PID is in the object)."""
     from flashbuild import fixed_pid
@@ -207,7 +207,7 @@ def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smo
             shim = fixed_pid.build_shim(container, root / "tools")
             for run in ("fixed", "plain-1", "plain-2"):
                 argv = ["nvcc", "-c", "-O3", "-std=c++17", "-arch=sm_90a", f"-I{root / 'src'}",
-                        f"-I{root / 'src/include'}", "-o", str(root / f"{run}.o"), str(root / "src/api/lse.cu")]
+                        f"-I{root / 'src/include'}", "-o", str(root / f"{run}.o"), str(root / "src/core/lse.cu")]
                 environment = None
                 if run == "fixed":
                     argv, environment = fixed_pid.wrap(argv, shim, "lse")

@@ -96,12 +96,12 @@ def write(root, name, text=""):
 
 
 def test_host_tus_are_every_source_of_the_code_folders_named_by_path(tmp_path):
-    for name in ("src/api/plan.cpp", "src/api/status.cpp", "src/api/status.h", "src/fa2/launch.cu",
+    for name in ("src/api/plan.cpp", "src/core/status.cpp", "src/core/status.h", "src/fa2/launch.cu",
                  "src/fa2/plan.cpp", "src/sm90/plan.cu", "src/sm90/launch.cuh", "src/sm90/tiles.h",
                  "src/glibc_compat.c", "src/other/ignored.cpp"):
         write(tmp_path, name)
     hosts = {tu.name: tu for tu in host_tus(tmp_path)}
-    assert list(hosts) == ["api_plan", "api_status", "fa2_launch", "fa2_plan", "sm90_plan", "glibc_compat"]
+    assert list(hosts) == ["core_status", "api_plan", "fa2_launch", "fa2_plan", "sm90_plan", "glibc_compat"]
     assert str(hosts["fa2_plan"].source) == "src/fa2/plan.cpp"
     assert {n for n, tu in hosts.items() if tu.upstream} == {"fa2_launch", "fa2_plan"}
     assert hosts["fa2_launch"].upstream.pin == "flash-attn"

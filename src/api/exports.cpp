@@ -4,12 +4,12 @@
 
 #include <cstring>
 
-#include "api/device.h"
+#include "core/device.h"
 #include "api/fwd.h"
 #include "api/kv_append.h"
 #include "api/plan.h"
 #include "api/registry.h"
-#include "api/status.h"
+#include "core/status.h"
 
 #if !defined(FAS_VERSION_MAJOR) || !defined(FAS_VERSION_MINOR) || !defined(FAS_VERSION_PATCH)
 #error "FAS_VERSION_MAJOR, FAS_VERSION_MINOR and FAS_VERSION_PATCH must be defined by the build (-D)"

@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "api/device.h"
-#include "api/layout.h"
-#include "api/status.h"
+#include "core/device.h"
+#include "core/layout.h"
+#include "core/status.h"
 #include "fa2/fa2.h"
 
 namespace fas {

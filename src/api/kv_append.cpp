@@ -5,10 +5,10 @@
 
 #include <cstring>
 
-#include "api/device.h"
-#include "api/kv_cache.h"
-#include "api/layout.h"
-#include "api/status.h"
+#include "core/device.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/status.h"
 #include "paged/append.h"
 
 namespace fas {

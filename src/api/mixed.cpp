@@ -6,9 +6,9 @@
 #include <cstring>
 #include <new>
 
-#include "api/kv_cache.h"
+#include "core/kv_cache.h"
 #include "api/plan.h"
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 

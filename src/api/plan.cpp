@@ -12,12 +12,12 @@
 #include <string>
 #include <utility>
 
-#include "api/device.h"
-#include "api/kv_cache.h"
-#include "api/layout.h"
+#include "core/device.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
 #include "api/mixed.h"
 #include "api/registry.h"
-#include "api/status.h"
+#include "core/status.h"
 #include "fa2/plan.h"
 #include "paged/paged.h"
 #include "sm90/sm90.h"

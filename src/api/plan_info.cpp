@@ -7,7 +7,7 @@
 #include "api/plan.h"
 #include "api/plan_object.h"
 #include "api/registry.h"
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "api/layout.h"
+#include "core/layout.h"
 #include "api/mixed.h"
 #include "fa2/plan.h"
 #include "flash_attn_standalone.h"

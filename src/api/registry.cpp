@@ -1,10 +1,10 @@
 // Capability queries over every family's kernel list (FA2, SM90, paged, in that order).
 #include "api/registry.h"
 
-#include "api/device.h"
-#include "api/kv_cache.h"
-#include "api/layout.h"
-#include "api/status.h"
+#include "core/device.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/status.h"
 #include "fa2/fa2.h"
 #include "paged/paged.h"
 #include "sm90/sm90.h"

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "api/layout.h"
+#include "core/layout.h"
 
 namespace fas_fa2 {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "api/status.h"
+#include "core/status.h"
 #include "fa2/fa2.h"
 #include "fa2/plan.h"
 

@@ -18,9 +18,9 @@
 #include <memory>
 #include <string>
 
-#include "api/device.h"
-#include "api/device_block.h"
-#include "api/layout.h"
+#include "core/device.h"
+#include "core/device_block.h"
+#include "core/layout.h"
 
 namespace fas_paged {
 

@@ -7,9 +7,9 @@
 #include <numeric>
 #include <vector>
 
-#include "api/kv_cache.h"
-#include "api/lse.h"
-#include "api/status.h"
+#include "core/kv_cache.h"
+#include "core/lse.h"
+#include "core/status.h"
 #include "paged/paged.h"
 #include "paged/tensor_map.h"
 

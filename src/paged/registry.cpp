@@ -1,7 +1,7 @@
 // The paged kernels of this build, from the build-generated kernel_registry.inc: each is a pair
 // of explicit specializations (launch_paged, occupancy_paged) defined in its own kernel TU
 // (kernels/paged_*.cu). Which kernel serves a layout is decided here.
-#include "api/status.h"
+#include "core/status.h"
 #include "paged/paged.h"
 
 #define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ)                                               \

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas_paged {
 

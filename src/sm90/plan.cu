@@ -1,10 +1,10 @@
 // SM90 plans (varlen or paged K/V): the schedule and launch arguments made once per batch layout,
-// the launch per run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API (api/lse.h).
+// the launch per run, and the conversion of the kernel's log2 LSE to the natural logarithm of the API (core/lse.h).
 #include <algorithm>
 
-#include "api/kv_cache.h"
-#include "api/lse.h"
-#include "api/status.h"
+#include "core/kv_cache.h"
+#include "core/lse.h"
+#include "core/status.h"
 #include "sm90/sm90.h"
 
 namespace fas_sm90 {

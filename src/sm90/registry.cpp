@@ -1,7 +1,7 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc: each is an
 // explicit specialization of fas_sm90::launch_ragged, launch_paged_ragged, launch_ragged_softcap or
 // launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
-#include "api/status.h"
+#include "core/status.h"
 #include "sm90/packed_args.h"
 #include "sm90/sm90.h"
 #include "sm90/tiles.h"

@@ -10,14 +10,14 @@
 #include <sstream>
 #include <vector>
 
-#include "api/device_block.h"
+#include "core/device_block.h"
 #include "sm90/packed_args.h"
 #include "sm90/tiles.h"
 
 namespace fas_sm90 {
 
 struct Schedule {
-    fas::DeviceBlock* block = nullptr;  // from the per-device cache of api/device_block.h
+    fas::DeviceBlock* block = nullptr;  // from the per-device cache of core/device_block.h
     int num_units = 0;
     int tiles_per_unit = 1;
     int num_ctas = 0;

@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "api/device.h"
-#include "api/kv_cache.h"
-#include "api/layout.h"
+#include "core/device.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
 #include "sm90/ragged_args.h"
 #include "sm90/schedule.h"
 

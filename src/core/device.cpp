@@ -1,5 +1,5 @@
 // Device properties, cached per device, and the check that this build runs on a device.
-#include "api/device.h"
+#include "core/device.h"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 

@@ -1,8 +1,8 @@
 // Device memory for a plan's schedule, filled on the host through a pinned staging twin and
 // uploaded without waiting, from a small per-device cache so that planning per batch usually
 // allocates and frees nothing. Shared by the families whose plans keep device-side schedules.
-#ifndef FAS_API_DEVICE_BLOCK_H
-#define FAS_API_DEVICE_BLOCK_H
+#ifndef FAS_CORE_DEVICE_BLOCK_H
+#define FAS_CORE_DEVICE_BLOCK_H
 
 #include <cuda_runtime_api.h>
 
@@ -50,4 +50,4 @@ cudaError_t device_block_retire(DeviceBlock* block, cudaStream_t stream);
 
 }  // namespace fas
 
-#endif  // FAS_API_DEVICE_BLOCK_H
+#endif  // FAS_CORE_DEVICE_BLOCK_H

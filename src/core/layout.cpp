@@ -1,12 +1,12 @@
 // Validation of a call's layout and of the tensors of each run.
-#include "api/layout.h"
+#include "core/layout.h"
 
 #include <cuda_runtime_api.h>
 
 #include <climits>
 #include <cmath>
 
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 

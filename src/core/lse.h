@@ -1,7 +1,7 @@
 // The kernels of the SM90 and paged families write log2(sum exp2) per row; the API promises the
 // natural logarithm, and +infinity for rows that saw no key (FA2's convention).
-#ifndef FAS_API_LSE_H
-#define FAS_API_LSE_H
+#ifndef FAS_CORE_LSE_H
+#define FAS_CORE_LSE_H
 
 #include <cuda_runtime_api.h>
 
@@ -14,4 +14,4 @@ cudaError_t convert_lse_log2_to_ln(float* lse, int64_t count, int sm_count, cuda
 
 }  // namespace fas
 
-#endif  // FAS_API_LSE_H
+#endif  // FAS_CORE_LSE_H

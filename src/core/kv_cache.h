@@ -1,14 +1,14 @@
 // The KV side of a plan's arguments: the varlen offsets (cu_seqlens_k) or a paged cache
 // (kv_lengths, page_size, num_pages, page strides, an optional host copy of the page ids),
 // validated on the host into the lengths and spans the planners and tensor checks use.
-#ifndef FAS_API_KV_CACHE_H
-#define FAS_API_KV_CACHE_H
+#ifndef FAS_CORE_KV_CACHE_H
+#define FAS_CORE_KV_CACHE_H
 
 #include "flash_attn_standalone.h"
 
 #include <cstdint>
 
-#include "api/layout.h"
+#include "core/layout.h"
 
 namespace fas {
 
@@ -59,4 +59,4 @@ fas_status check_page_indices(const int32_t* page_indices, int64_t total_pages);
 
 }  // namespace fas
 
-#endif  // FAS_API_KV_CACHE_H
+#endif  // FAS_CORE_KV_CACHE_H

@@ -1,5 +1,5 @@
-// The per-device cache of schedule blocks behind api/device_block.h.
-#include "api/device_block.h"
+// The per-device cache of schedule blocks behind core/device_block.h.
+#include "core/device_block.h"
 
 #include <algorithm>
 #include <mutex>

@@ -1,8 +1,8 @@
 // The shape of one attention call, validated once: what fas_fwd and plans have in common.
 // fas_fwd fills it from fas_fwd_args, a plan from fas_plan_args plus its host offsets; both
 // then check the tensors of a run against it (pointers, alignment, out not aliasing inputs).
-#ifndef FAS_API_LAYOUT_H
-#define FAS_API_LAYOUT_H
+#ifndef FAS_CORE_LAYOUT_H
+#define FAS_CORE_LAYOUT_H
 
 #include "flash_attn_standalone.h"
 
@@ -117,4 +117,4 @@ fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char
 
 }  // namespace fas
 
-#endif  // FAS_API_LAYOUT_H
+#endif  // FAS_CORE_LAYOUT_H

@@ -1,5 +1,5 @@
 // The thread-local last error behind fas_get_last_error.
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 

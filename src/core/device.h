@@ -1,7 +1,7 @@
 // The devices a call runs on: compute capability and SM count, queried once per device, and
 // whether this build's kernels run there.
-#ifndef FAS_API_DEVICE_H
-#define FAS_API_DEVICE_H
+#ifndef FAS_CORE_DEVICE_H
+#define FAS_CORE_DEVICE_H
 
 #include "flash_attn_standalone.h"
 
@@ -34,4 +34,4 @@ fas_status check_current_device(DeviceProps* props);
 
 }  // namespace fas
 
-#endif  // FAS_API_DEVICE_H
+#endif  // FAS_CORE_DEVICE_H

@@ -1,8 +1,8 @@
 // Status codes and the thread's last error: how every exported function reports failure.
 // A failure stores a message (what is wrong, how to fix it) and returns its status; nothing
 // escapes the C boundary as an exception (guarded).
-#ifndef FAS_API_STATUS_H
-#define FAS_API_STATUS_H
+#ifndef FAS_CORE_STATUS_H
+#define FAS_CORE_STATUS_H
 
 #include "flash_attn_standalone.h"
 
@@ -86,4 +86,4 @@ fas_status read_args_struct(const Args* args, size_t first_version_bytes, const 
 
 }  // namespace fas
 
-#endif  // FAS_API_STATUS_H
+#endif  // FAS_CORE_STATUS_H

@@ -1,5 +1,5 @@
-// Log2 to natural-log conversion of a kernel-written LSE (api/lse.h).
-#include "api/lse.h"
+// Log2 to natural-log conversion of a kernel-written LSE (core/lse.h).
+#include "core/lse.h"
 
 #include <algorithm>
 

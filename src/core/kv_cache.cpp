@@ -1,10 +1,10 @@
-// Validation of a plan's KV arguments (api/kv_cache.h).
-#include "api/kv_cache.h"
+// Validation of a plan's KV arguments (core/kv_cache.h).
+#include "core/kv_cache.h"
 
 #include <algorithm>
 #include <climits>
 
-#include "api/status.h"
+#include "core/status.h"
 
 namespace fas {
 
