@@ -1,6 +1,6 @@
 // fas_plan: validation of a plan's layout (host offsets, the KV cache), the family choice, and
-// dispatch of runs and releases to the family's plan (fa2/plan.h, sm90/sm90.h, paged/paged.h);
-// what a plan reports of itself: plan_info.cpp.
+// runs and releases through the family's plan (api/family_plan.h); what a plan reports of
+// itself: plan_info.cpp.
 #include "api/plan.h"
 #include "api/plan_object.h"
 
@@ -232,6 +232,14 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
 
 namespace {
 
+// Hands out a plan object that holds its family's plan.
+fas_status adopt(std::unique_ptr<fas_plan> plan, std::unique_ptr<FamilyPlan> impl, fas_plan** out) {
+    if (impl == nullptr) return fail(FAS_ERROR_INTERNAL, "out of host memory for the plan");
+    plan->impl = std::move(impl);
+    *out = plan.release();
+    return FAS_SUCCESS;
+}
+
 fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
@@ -269,15 +277,15 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
 
     // A paged batch of decode and prefill sequences: a plan per part (mixed.h).
     if (const int split = may_mix ? mixed_split(args) : 0; split > 0) {
-        std::unique_ptr<fas_plan> plan(new fas_plan());
-        plan->device = device_index;
-        plan->layout = layout;
-        status = create_mixed_plan(args, split, &plan->mixed);
+        std::unique_ptr<MixedPlan> mixed;
+        status = create_mixed_plan(args, split, &mixed);
         if (status != FAS_SUCCESS) return status;
-        if (plan->mixed != nullptr) {
+        if (mixed != nullptr) {
+            std::unique_ptr<fas_plan> plan(new fas_plan());
+            plan->device = device_index;
+            plan->layout = layout;
             plan->family = FAS_FAMILY_MIXED;
-            *plan_out = plan.release();
-            return FAS_SUCCESS;
+            return adopt(std::move(plan), family_plan(std::move(mixed)), plan_out);
         }
     }
 
@@ -298,16 +306,16 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
         if (!why.empty()) paged_kernel = nullptr;
     }
     if (paged_kernel != nullptr) {
+        std::unique_ptr<fas_paged::Plan> paged;
+        status = fas_paged::create_plan(layout, paged_kernel, paged_request, device, &paged);
+        if (status != FAS_SUCCESS) return status;
         std::unique_ptr<fas_plan> plan(new fas_plan());
         plan->device = device_index;
         plan->layout = layout;
-        status = fas_paged::create_plan(layout, paged_kernel, paged_request, device, &plan->paged);
-        if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_PAGED;
         plan->kernel_head_dim = paged_kernel->head_dim;
         plan->sm90_unused_reason = kv.paged ? sm90_reason : decode_shaped_reason();
-        *plan_out = plan.release();
-        return FAS_SUCCESS;
+        return adopt(std::move(plan), family_plan(std::move(paged)), plan_out);
     }
     if (fp8 && sm90_kernel == nullptr) {
         const bool wrong_device = !device.is_sm90();
@@ -330,20 +338,20 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
     plan->device = device_index;
     plan->layout = layout;
     if (sm90_kernel != nullptr) {
-        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], kv, device,
-                                       &plan->sm90);
+        std::unique_ptr<fas_sm90::Plan> sm90;
+        status = fas_sm90::create_plan(layout, sm90_kernel, schedule_layout, args.cu_seqlens_q[0], kv, device, &sm90);
         if (status != FAS_SUCCESS) return status;
         plan->family = FAS_FAMILY_SM90;
         plan->kernel_head_dim = sm90_kernel->head_dim;
-    } else {
-        status = fas_fa2::create_plan(layout, fa2_kernel, args.cu_seqlens_q, args.cu_seqlens_k, args.stream, &plan->fa2);
-        if (status != FAS_SUCCESS) return status;
-        plan->family = FAS_FAMILY_FA2;
-        plan->kernel_head_dim = fa2_kernel->head_dim;
-        plan->sm90_unused_reason = sm90_reason;
+        return adopt(std::move(plan), family_plan(std::move(sm90)), plan_out);
     }
-    *plan_out = plan.release();
-    return FAS_SUCCESS;
+    std::unique_ptr<fas_fa2::Plan> fa2;
+    status = fas_fa2::create_plan(layout, fa2_kernel, args.cu_seqlens_q, args.cu_seqlens_k, args.stream, &fa2);
+    if (status != FAS_SUCCESS) return status;
+    plan->family = FAS_FAMILY_FA2;
+    plan->kernel_head_dim = fa2_kernel->head_dim;
+    plan->sm90_unused_reason = sm90_reason;
+    return adopt(std::move(plan), family_plan(std::move(fa2)), plan_out);
 }
 
 }  // namespace
@@ -365,16 +373,7 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
-    if (plan->mixed != nullptr) return run_mixed_plan(*plan->mixed, args);
-    if (plan->paged != nullptr) {
-        return fas_paged::run_plan(*plan->paged, args);
-    }
-    if (plan->sm90 != nullptr) {
-        const fas_sm90::RunTensors tensors{args.q,         args.k,         args.v,         args.out,        args.softmax_lse,
-                                           args.q_descale, args.k_descale, args.v_descale, args.page_indices};
-        return fas_sm90::run_plan(*plan->sm90, tensors, args.stream);
-    }
-    return fas_fa2::run_plan(*plan->fa2, args.q, args.k, args.v, args.out, args.softmax_lse, args.stream);
+    return plan->impl->run(args);
 }
 
 fas_status destroy_plan(fas_plan* plan) {
@@ -391,20 +390,8 @@ fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream) {
     if (status != FAS_SUCCESS) return status;
     status = check_plan_device(plan, "fas_plan_destroy_async");
     if (status != FAS_SUCCESS) return status;
-    if (plan->sm90 != nullptr) {
-        status = fas_sm90::retire_plan(plan->sm90.get(), stream);
-        if (status != FAS_SUCCESS) return status;
-    } else if (plan->paged != nullptr) {
-        status = fas_paged::retire_plan(plan->paged.get(), stream);
-        if (status != FAS_SUCCESS) return status;
-    } else if (plan->mixed != nullptr) {
-        status = retire_mixed_plan(plan->mixed.get(), stream);
-        if (status != FAS_SUCCESS) return status;
-    } else {
-        // FA2 plan memory is freed with cudaFree, which may not overlap its runs.
-        const cudaError_t error = cudaStreamSynchronize(stream);
-        if (error != cudaSuccess) return fail_cuda(error, "cudaStreamSynchronize before freeing the FA2 plan");
-    }
+    status = plan->impl->retire(stream);
+    if (status != FAS_SUCCESS) return status;
     delete plan;
     return FAS_SUCCESS;
 }

@@ -32,31 +32,8 @@ fas_status plan_info(const fas_plan* plan, fas_plan_info* info) {
     filled.total_q = plan->layout.total_q;
     filled.total_k = plan->layout.total_k;
     filled.device = plan->device;
-    filled.device_bytes = plan->sm90 != nullptr    ? fas_sm90::schedule_device_bytes(plan->sm90->schedule)
-                          : plan->paged != nullptr ? plan->paged->block->bytes
-                          : plan->fa2 != nullptr   ? plan->fa2->device_bytes
-                                                   : 0;
     filled.sm90_unused_reason = plan->sm90_unused_reason.c_str();
-    if (plan->sm90 != nullptr) {  // one CTA per SM, query heads not packed, no KV split
-        filled.kv_splits = 1;
-        filled.packed_gqa = 1;
-        filled.query_tile_rows = fas_sm90::query_tile_rows(*plan->sm90->kernel);
-        filled.num_ctas = plan->sm90->args.num_ctas;
-        filled.total_pages = plan->sm90->total_pages;
-        filled.ctas_per_sm = 1;
-        filled.query_tiles = plan->sm90->args.num_units * plan->sm90->args.tiles_per_unit;
-        filled.packed = plan->sm90->kernel->packed ? 1 : 0;
-    }
-    if (plan->paged != nullptr) {
-        const fas_paged::Plan& paged = *plan->paged;
-        filled.kv_splits = paged.kv_splits;
-        filled.packed_gqa = paged.group;
-        filled.query_tile_rows = paged.tile_rows;
-        filled.num_ctas = paged.args.num_ctas;
-        filled.total_pages = paged.contiguous_kv ? 0 : paged.total_pages;
-        filled.ctas_per_sm = paged.ctas_per_sm;
-    }
-    if (plan->mixed != nullptr) mixed_plan_info(*plan->mixed, &filled);
+    plan->impl->fill_info(&filled);
     std::memcpy(info, &filled, caller_size);
     return FAS_SUCCESS;
 }

@@ -7,12 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "api/family_plan.h"
 #include "core/layout.h"
-#include "api/mixed.h"
-#include "fa2/plan.h"
 #include "flash_attn_standalone.h"
-#include "paged/paged.h"
-#include "sm90/sm90.h"
 
 namespace fas {
 
@@ -28,10 +25,7 @@ struct fas_plan {
     int kernel_head_dim = 0;
     fas::Layout layout;  // resolved; total_q / total_k from the host offsets
     std::string sm90_unused_reason;
-    std::unique_ptr<fas_sm90::Plan> sm90;
-    std::unique_ptr<fas_fa2::Plan> fa2;
-    std::unique_ptr<fas_paged::Plan> paged;
-    std::unique_ptr<fas::MixedPlan> mixed;
+    std::unique_ptr<fas::FamilyPlan> impl;  // the family's plan: every live plan has one
 
     ~fas_plan() { magic = fas::kDeadPlanMagic; }
 };
