@@ -143,21 +143,10 @@ CaseOutcome run_append_attend(const AppendCase& c, fas_dtype dtype, uint64_t see
     // A paged plan over the caches.
     std::vector<int32_t> cu_q{0};
     for (int length : c.seqlens_q) cu_q.push_back(cu_q.back() + length);
-    fas_plan_args plan_args;
-    fas_plan_args_init(&plan_args);
-    plan_args.dtype = dtype;
-    plan_args.cu_seqlens_q = cu_q.data();
-    plan_args.batch_size = static_cast<int>(c.seqlens_q.size());
-    plan_args.num_heads_q = c.heads_q;
-    plan_args.num_heads_k = c.heads_kv;
-    plan_args.head_dim = c.head_dim;
-    plan_args.causal = 1;
-    plan_args.kv_layout = FAS_KV_PAGED;
     const std::vector<int32_t> kv_lengths(c.seqlens_k.begin(), c.seqlens_k.end());
-    plan_args.kv_lengths = kv_lengths.data();
-    plan_args.page_size = c.page_size;
-    plan_args.num_pages = caches.num_pages;
-    plan_args.page_indices_host = ids.data();
+    const fas_plan_args plan_args =
+        paged_plan_args(dtype, cu_q.data(), kv_lengths.data(), static_cast<int>(c.seqlens_q.size()), c.heads_q,
+                        c.heads_kv, c.head_dim, true, c.page_size, caches.num_pages, ids.data());
     fas_plan* plan = nullptr;
     if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {
         return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};

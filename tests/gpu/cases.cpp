@@ -128,21 +128,14 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     std::string plan_detail;
     bool lse_token_major = false;
     if (c.use_plan) {
-        fas_plan_args plan_args;
-        fas_plan_args_init(&plan_args);
-        plan_args.dtype = c.fp8 ? FAS_DTYPE_E4M3 : c.dtype;
+        fas_plan_args plan_args = varlen_plan_args(c.fp8 ? FAS_DTYPE_E4M3 : c.dtype, cu_seqlens_q.data(),
+                                                   cu_seqlens_k.data(), batch, c.heads_q, c.heads_kv, d,
+                                                   args.causal != 0);  // host copies of the offsets
         plan_args.out_dtype = c.dtype;
-        plan_args.cu_seqlens_q = cu_seqlens_q.data();  // host copies
-        plan_args.cu_seqlens_k = cu_seqlens_k.data();
-        plan_args.batch_size = batch;
-        plan_args.num_heads_q = c.heads_q;
-        plan_args.num_heads_k = c.heads_kv;
-        plan_args.head_dim = d;
         plan_args.q_row_stride = args.q_row_stride;
         plan_args.k_row_stride = args.k_row_stride;
         plan_args.v_row_stride = args.v_row_stride;
         plan_args.out_row_stride = args.out_row_stride;
-        plan_args.causal = args.causal;
         plan_args.disable_sm90 = c.disable_sm90 ? 1 : 0;
         plan_args.use_window = c.use_window ? 1 : 0;
         plan_args.window_size_left = c.window_left;

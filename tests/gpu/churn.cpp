@@ -49,16 +49,8 @@ CaseOutcome run_plan_churn_case(fas_dtype dtype, cudaStream_t first_stream, std:
         for (int b = 0; b < 3; ++b) offsets[i].push_back(offsets[i].back() + 1 + static_cast<int32_t>(rng() % 1024));
     }
     const auto make_plan = [&](int i, cudaStream_t stream, fas_plan** plan) {
-        fas_plan_args args;
-        fas_plan_args_init(&args);
-        args.dtype = dtype;
-        args.cu_seqlens_q = offsets[i].data();
-        args.cu_seqlens_k = offsets[i].data();
-        args.batch_size = 3;
-        args.num_heads_q = kHeadsQ;
-        args.num_heads_k = kHeadsKv;
-        args.head_dim = kHeadDim;
-        args.causal = 1;
+        fas_plan_args args =
+            varlen_plan_args(dtype, offsets[i].data(), offsets[i].data(), 3, kHeadsQ, kHeadsKv, kHeadDim, true);
         args.disable_sm90 = fa2_built && i % 4 == 3 ? 1 : 0;
         args.stream = stream;
         return fas_plan_create(&args, plan);

@@ -81,6 +81,45 @@ inline void fill(void* device, int byte, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Plan arguments: the fields every plan of the tests sets (host query offsets, heads, head dim,
+// mask), over varlen K/V or a paged cache; everything else as fas_plan_args_init leaves it.
+
+inline fas_plan_args plan_args(fas_dtype dtype, const int32_t* cu_seqlens_q, int batch, int heads_q, int heads_kv,
+                               int head_dim, bool causal) {
+    fas_plan_args args;
+    fas_plan_args_init(&args);
+    args.dtype = dtype;
+    args.cu_seqlens_q = cu_seqlens_q;
+    args.batch_size = batch;
+    args.num_heads_q = heads_q;
+    args.num_heads_k = heads_kv;
+    args.head_dim = head_dim;
+    args.causal = causal ? 1 : 0;
+    return args;
+}
+
+// Varlen K/V at host offsets cu_seqlens_k.
+inline fas_plan_args varlen_plan_args(fas_dtype dtype, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                                      int batch, int heads_q, int heads_kv, int head_dim, bool causal) {
+    fas_plan_args args = plan_args(dtype, cu_seqlens_q, batch, heads_q, heads_kv, head_dim, causal);
+    args.cu_seqlens_k = cu_seqlens_k;
+    return args;
+}
+
+// A paged cache of num_pages pages of page_size rows; page_ids: the host page table.
+inline fas_plan_args paged_plan_args(fas_dtype dtype, const int32_t* cu_seqlens_q, const int32_t* kv_lengths,
+                                     int batch, int heads_q, int heads_kv, int head_dim, bool causal, int page_size,
+                                     int num_pages, const int32_t* page_ids) {
+    fas_plan_args args = plan_args(dtype, cu_seqlens_q, batch, heads_q, heads_kv, head_dim, causal);
+    args.kv_layout = FAS_KV_PAGED;
+    args.kv_lengths = kv_lengths;
+    args.page_size = page_size;
+    args.num_pages = num_pages;
+    args.page_indices_host = page_ids;
+    return args;
+}
+
+// ---------------------------------------------------------------------------------------------
 // What the library and the device offer.
 
 // Whether this build lists a kernel of `family` (fas_kernel_info.family) for the case.

@@ -92,16 +92,9 @@ CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stre
     const int32_t good_offsets[3] = {0, 4, 9};
     const int32_t bad_offsets[3] = {0, 5, 3};
     upload(offsets_dev.as<void>(), good_offsets, sizeof good_offsets);
-    fas_plan_args plan_args;
-    fas_plan_args_init(&plan_args);
-    plan_args.dtype = dtype;
-    plan_args.cu_seqlens_q = which == 1 ? offsets_dev.as<int32_t>() : which == 2 ? bad_offsets : good_offsets;
-    plan_args.cu_seqlens_k = which == 1 ? offsets_dev.as<int32_t>() : good_offsets;
-    plan_args.batch_size = 2;
-    plan_args.num_heads_q = 2;
-    plan_args.num_heads_k = kHeadsKv;
-    plan_args.head_dim = kHeadDim;
-    plan_args.causal = 1;
+    fas_plan_args plan_args = varlen_plan_args(
+        dtype, which == 1 ? offsets_dev.as<int32_t>() : which == 2 ? bad_offsets : good_offsets,
+        which == 1 ? offsets_dev.as<int32_t>() : good_offsets, 2, 2, kHeadsKv, kHeadDim, true);
     plan_args.stream = stream;
     if (which == 8) {
         plan_args.use_window = 1;
@@ -202,20 +195,11 @@ CaseOutcome run_shared_buffer_case(SharedLayout layout, bool use_plan, fas_dtype
     std::string call = use_plan ? "fas_plan_run" : "fas_fwd";
     std::string plan_detail;
     if (use_plan) {
-        fas_plan_args plan_args;
-        fas_plan_args_init(&plan_args);
-        plan_args.dtype = dtype;
-        plan_args.cu_seqlens_q = offsets;
-        plan_args.cu_seqlens_k = offsets;
-        plan_args.batch_size = 2;
-        plan_args.num_heads_q = kHeads;
-        plan_args.num_heads_k = kHeads;
-        plan_args.head_dim = head_dim;
+        fas_plan_args plan_args = varlen_plan_args(dtype, offsets, offsets, 2, kHeads, kHeads, head_dim, causal);
         plan_args.q_row_stride = q_stride;
         plan_args.k_row_stride = kv_stride;
         plan_args.v_row_stride = kv_stride;
         plan_args.out_row_stride = out_stride;
-        plan_args.causal = causal ? 1 : 0;
         plan_args.stream = stream;
         fas_plan* plan = nullptr;
         status = fas_plan_create(&plan_args, &plan);

@@ -119,21 +119,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
 
     std::vector<int32_t> cu_q{0}, kv_lengths(c.seqlens_k.begin(), c.seqlens_k.end());
     for (int length : c.seqlens_q) cu_q.push_back(cu_q.back() + length);
-    fas_plan_args args;
-    fas_plan_args_init(&args);
-    args.dtype = c.fp8_q ? FAS_DTYPE_E4M3 : dtype;
+    fas_plan_args args = paged_plan_args(c.fp8_q ? FAS_DTYPE_E4M3 : dtype, cu_q.data(), kv_lengths.data(), batch,
+                                         c.heads_q, c.heads_kv, c.head_dim, c.causal, c.page_size, num_pages, ids.data());
     args.out_dtype = dtype;
-    args.cu_seqlens_q = cu_q.data();
-    args.batch_size = batch;
-    args.num_heads_q = c.heads_q;
-    args.num_heads_k = c.heads_kv;
-    args.head_dim = c.head_dim;
-    args.causal = c.causal ? 1 : 0;
-    args.kv_layout = FAS_KV_PAGED;
-    args.kv_lengths = kv_lengths.data();
-    args.page_size = c.page_size;
-    args.num_pages = num_pages;
-    args.page_indices_host = ids.data();
     args.use_window = c.window_left >= 0 ? 1 : 0;
     args.window_size_left = c.window_left;
     args.window_size_right = 0;

@@ -39,21 +39,10 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     const int32_t cu_q[3] = {0, 1, 2}, cu_k[3] = {0, 5, 45};
     int32_t lengths[2] = {5, which == 2 ? 200 : which == 6 ? -1 : 40};
     const int32_t ids[4] = {3, 0, 7, which == 3 ? 8 : 5};
-    fas_plan_args args;
-    fas_plan_args_init(&args);
-    args.dtype = dtype;
-    args.cu_seqlens_q = cu_q;
+    fas_plan_args args = paged_plan_args(dtype, cu_q, which == 5 ? nullptr : lengths, 2, 2, 1, 128, true,
+                                         which == 0 ? 0 : 16, which == 1 ? 0 : 8, ids);
     args.cu_seqlens_k = which == 4 ? cu_k : nullptr;
-    args.batch_size = 2;
-    args.num_heads_q = 2;
-    args.num_heads_k = 1;
-    args.head_dim = 128;
-    args.causal = 1;
-    args.kv_layout = which == 7 ? static_cast<fas_kv_layout>(7) : FAS_KV_PAGED;
-    args.kv_lengths = which == 5 ? nullptr : lengths;
-    args.page_size = which == 0 ? 0 : 16;
-    args.num_pages = which == 1 ? 0 : 8;
-    args.page_indices_host = ids;
+    if (which == 7) args.kv_layout = static_cast<fas_kv_layout>(7);
     if (which >= kFirstFp8Misuse) {
         args.kv_dtype = which == 12 ? static_cast<fas_dtype>(9) : FAS_DTYPE_E4M3;
         if (which == 10) {
@@ -95,22 +84,10 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
 // FAS_ERROR_NOT_BUILT with a message.
 CaseOutcome run_fp8_not_built(fas_dtype dtype, bool fp8_q) {
     const int32_t cu_q[2] = {0, 1}, lengths[1] = {40}, ids[3] = {0, 1, 2};
-    fas_plan_args args;
-    fas_plan_args_init(&args);
-    args.dtype = fp8_q ? FAS_DTYPE_E4M3 : dtype;
+    fas_plan_args args =
+        paged_plan_args(fp8_q ? FAS_DTYPE_E4M3 : dtype, cu_q, lengths, 1, 2, 1, 128, true, 16, 3, ids);
     args.out_dtype = dtype;
     args.kv_dtype = FAS_DTYPE_E4M3;
-    args.cu_seqlens_q = cu_q;
-    args.batch_size = 1;
-    args.num_heads_q = 2;
-    args.num_heads_k = 1;
-    args.head_dim = 128;
-    args.causal = 1;
-    args.kv_layout = FAS_KV_PAGED;
-    args.kv_lengths = lengths;
-    args.page_size = 16;
-    args.num_pages = 3;
-    args.page_indices_host = ids;
     fas_plan* plan = nullptr;
     const fas_status status = fas_plan_create(&args, &plan);
     const std::string message = status == FAS_SUCCESS ? "" : fas_get_last_error();
