@@ -15,11 +15,11 @@ import os
 import time
 from pathlib import Path
 
-from . import artifact_verify, checks, dist, export, host_toolchain, images, package_checks, packages, predict, \
+from . import artifact_verify, backends, checks, dist, export, images, package_checks, packages, predict, \
     preflight, provenance, release_checks, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .console import console, log
-from .container import ToolchainContainer, docker_client, sweep_orphans
+from .container import docker_client
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem
 from .manifest import entry_manifest, expectation, with_report
@@ -90,27 +90,17 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
           use_sccache: bool = False, backend: str = "container", sign_key: Path | None = None) -> list[Path]:
     paths = Paths(repo.resolve())
     config = load_config(paths.matrix)
-    plan = make_plan(config.matrix(matrix_name), paths.repo)
-    host_toolchain.check_backend(backend, use_sccache)
-    # --backend host: this machine's CUDA toolkit instead of the image (host_toolchain.py).
-    toolkit = host_toolchain.discover() if backend == "host" else None
-    if toolkit:
-        plan = host_toolchain.host_plan(plan, toolkit)
-        console.print(toolkit.describe())
+    # The engine and the image are looked up when used (tests stand in for docker_client).
+    runs_on = backends.select(backend, use_sccache, lambda: docker_client(),
+                              lambda *args: ensure_toolchain(*args))
+    plan = runs_on.plan(make_plan(config.matrix(matrix_name), paths.repo))
     budget = make_budget(int(reserve_gb * GIB), jobs)
     console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
-    if dry_run and toolkit:  # where it compiles; no engine or image to check
-        console.print(toolkit.describe_compiles(paths.build / "objects"))
-        preflight.kernels_fresh(config.matrices.values(), paths.kernels)
-        return []
     if dry_run:  # everything the build would need, every problem found
-        found = preflight.run(paths, config, plan, offline, local, use_sccache, docker_client, dict(os.environ),
-                              sign_key)
-        console.print(preflight.render(found), markup=False)
-        preflight.raise_if_problems(found)
+        runs_on.dry_run(paths, config, plan, offline, local, use_sccache, sign_key)
         return []
     with one_build_per_clone(paths):
-        return _build(paths, config, plan, budget, toolkit, offline, local, use_sccache, backend, jobs, sign_key)
+        return _build(paths, config, plan, budget, runs_on, offline, local, use_sccache, jobs, sign_key)
 
 
 @contextlib.contextmanager
@@ -134,8 +124,8 @@ def one_build_per_clone(paths: Paths):
         os.close(handle)  # releases the lock
 
 
-def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool, local, use_sccache: bool,
-           backend: str, jobs: int | None, sign_key: Path | None) -> list[Path]:
+def _build(paths: Paths, config, plan: BuildPlan, budget, runs_on: backends.Backend, offline: bool, local,
+           use_sccache: bool, jobs: int | None, sign_key: Path | None) -> list[Path]:
     """The build proper (pipeline.build's contract), under the clone's lock."""
     cache_settings = sccache.settings(paths.build) if use_sccache else None
     cluster = dist.read_cluster(dict(os.environ)) if use_sccache else None
@@ -146,9 +136,7 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool
     if sign_key is not None:
         provenance.check_sign_key(sign_key)  # a key that cannot sign fails now, not after the compile
     git = provenance.git_state(paths.repo)  # as the build starts, before it writes anything
-    client = None if toolkit else docker_client()  # before the downloads: no engine should cost no fetch
-    if client:
-        sweep_orphans(client, paths.repo, log)
+    runs_on.start(paths)  # before the downloads: no engine should cost no fetch
     needed = plan.sources_needed | ({sccache.PIN} if use_sccache else set())
     fetched = fetch_sources(paths, local, offline, only=needed)
     route = sccache.make_route(fetched, paths.build, cache_settings, cluster) if use_sccache else None
@@ -158,12 +146,8 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool
     exported = []
     export.clean_stale_staging(paths.artifacts)
     for entry_plan in plan.entries:
-        if toolkit:
-            image = toolkit.image(entry_plan.entry.image, paths.repo)
-            log(f"entry {entry_plan.name}: toolchain {image.tag}")
-        else:
-            image = ensure_toolchain(client, entry_plan.entry.image, paths, fetched)
-            log(f"entry {entry_plan.name}: toolchain {image.tag} ({'built' if image.built else 'cached'})")
+        image = runs_on.toolchain(entry_plan.entry.image, paths, fetched)
+        log(f"entry {entry_plan.name}: toolchain {runs_on.describe(image)}")
         compiler = EntryCompiler(paths.repo, paths.build, plan.matrix.name, entry_plan, image, fetched, None)
         compiler.route = route
         compiler.jobs_limit = jobs
@@ -175,12 +159,7 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool
             log(f"entry {entry_plan.name}: {current.relative_to(paths.repo)} is up to date (same inputs); left alone")
             exported.append(current)
             continue
-        shared = [route.cache_dir] if route else []
-        config = [cluster.config_file.parent] if cluster else []  # sccache's client configuration, read-only
-        runner = host_toolchain.HostToolchain(toolkit, paths.repo, paths.build) if toolkit else ToolchainContainer(
-            client, image.tag, paths.repo, entry_plan.name, extra_mounts=config, writable_mounts=shared,
-            environment=route.environment if route else None, network=route.network if route else "none")
-        with runner as container:
+        with runs_on.runner(image, paths, entry_plan.name, route, cluster) as container:
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
@@ -188,8 +167,7 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool
                 for line in sccache.stats_lines(container, compiler.route):
                     log(line)
             result = compiler.link(results)
-            made_by = toolkit.record() if toolkit else {"backend": "container", **images.describe(image)}
-            toolchain = {**made_by,
+            toolchain = {**runs_on.record(image),
                          **{tool: container.check([tool, "--version"]).strip().splitlines()[-1]
                             for tool in ("nvcc", "ptxas")}}
             manifest = {**entry_manifest(plan.matrix.name, result, fetched, toolchain, paths.repo),
@@ -201,7 +179,7 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, toolkit, offline: bool
         manifest = with_report(manifest, report)
         beside = provenance.beside_files(matrix=plan.matrix.name, entry=entry_plan.entry, manifest=manifest,
                                          repo=paths.repo, git=git, command=provenance.command_line(
-                                             plan.matrix.name, use_sccache, backend),
+                                             plan.matrix.name, use_sccache, runs_on.name),
                                          build_time={"epoch": when.epoch, "source": when.source}, sign_key=sign_key)
         folder, tarball = export.export_artifact(paths.artifacts, entry_plan.name, result.library, result.headers,
                                                  result.test_binary, manifest, when, beside)
