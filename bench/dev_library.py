@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the pipeline's kernel records and registry generator (stdlib only)
 from flashbuild.kernelgen import registry_text  # noqa: E402
-from flashbuild.plan import KernelTU  # noqa: E402
+from flashbuild.build_plan import KernelTU  # noqa: E402
 
 FLASHINFER = REPO / "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = REPO / "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"

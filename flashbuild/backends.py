@@ -18,7 +18,7 @@ from . import host_toolchain, images, preflight
 from .console import console, log
 from .container import CommandRunner, ToolchainContainer, sweep_orphans
 from .options import ImageSpec
-from .plan import BuildPlan
+from .build_plan import BuildPlan
 
 
 class Backend(Protocol):

@@ -101,7 +101,7 @@ def report(entry: str, planned: list[str], times: dict[str, TUTime], slots: int,
 def main(argv=None) -> None:
     from .host_toolchain import host_entry_name
     from .options import load_config
-    from .plan import make_plan
+    from .build_plan import make_plan
 
     parser = argparse.ArgumentParser(description="per-TU compile times and the compile phase's lower bound")
     parser.add_argument("--matrix", required=True)

@@ -36,7 +36,7 @@ from .images import ToolchainImage
 from .kernelgen import registry_text
 from .library import EXPORTS_MAP, LibraryName, read_version
 from .memory import GIB, Stats, estimate
-from .plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
+from .build_plan import GLIBC_COMPAT, EntryPlan, HostTU, KernelTU
 from .processes import left_by_dead_process
 from .jobs import Budget, Job, Outcome, SchedulerEvents, retry_alone, run_jobs
 from .sources import FetchedSource

@@ -43,7 +43,7 @@ from .container import CommandRunner, ExecResult
 from .errors import ConfigError, EnvironmentProblem
 from .images import ToolchainImage
 from .options import Entry, ImageSpec
-from .plan import BuildPlan
+from .build_plan import BuildPlan
 
 BACKENDS = ("container", "host")
 DEFAULT_CUDA_ROOT = Path("/usr/local/cuda")  # where NVIDIA's installers put the toolkit

@@ -25,7 +25,7 @@ from .errors import ConfigError, EnvironmentProblem
 from .manifest import entry_manifest, expectation, with_report
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
-from .plan import BuildPlan, make_plan
+from .build_plan import BuildPlan, make_plan
 from .progress import compile_progress
 from .jobs import Budget, make_budget, max_concurrency
 

@@ -21,7 +21,7 @@ from . import dist, images, package_checks, provenance, sccache, sources
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem, FlashBuildError
 from .kernelgen import expected_files, stale_files
-from .plan import BuildPlan
+from .build_plan import BuildPlan
 
 
 @dataclass(frozen=True)

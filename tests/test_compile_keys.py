@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from flashbuild.compiler import own_include_closure
-from flashbuild.plan import host_tus
+from flashbuild.build_plan import host_tus
 
 
 def write(root: Path, name: str, text: str) -> Path:

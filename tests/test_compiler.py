@@ -21,7 +21,7 @@ from flashbuild.manifest import entry_manifest, expectation, read_manifest, with
 from flashbuild.checks import Report
 from flashbuild.memory import Stats
 from flashbuild.options import load_config
-from flashbuild.plan import make_plan
+from flashbuild.build_plan import make_plan
 from flashbuild.jobs import Budget, SchedulerEvents
 
 KERNEL = "paged_decode_hdim64_fp16_causal_sm90"  # the smoke matrix's one kernel TU

@@ -14,7 +14,7 @@ from flashbuild.families import Family, Upstream, module_anchor
 from flashbuild.kernelgen import registry_text, write_kernels
 from flashbuild.memory import estimate
 from flashbuild.options import load_config
-from flashbuild.plan import make_plan
+from flashbuild.build_plan import make_plan
 
 TOY_UPSTREAM = Upstream("flashinfer-python", includes=("include",), system_includes=("cutlass",),
                         defines=("-DTOY_DECODE=1",))

@@ -24,7 +24,7 @@ from flashbuild.host_toolchain import (HostToolchain, arch_supported, discover, 
 from flashbuild.kernelgen import write_kernels
 from flashbuild.memory import Stats
 from flashbuild.options import load_config
-from flashbuild.plan import make_plan
+from flashbuild.build_plan import make_plan
 from flashbuild.jobs import Budget, SchedulerEvents
 from test_compiler import TREE
 

@@ -2,7 +2,7 @@ import shutil
 
 from flashbuild.kernelgen import registry_text, stale_files, write_kernels
 from flashbuild.options import load_config
-from flashbuild.plan import make_plan
+from flashbuild.build_plan import make_plan
 
 
 def test_committed_kernels_match_the_generator(repo):

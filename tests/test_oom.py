@@ -14,7 +14,7 @@ from flashbuild.compiler import EntryCompiler, TUSpec
 from flashbuild.container import ToolchainContainer, docker_client
 from flashbuild.options import load_config
 from flashbuild.pipeline import Paths, ensure_toolchain
-from flashbuild.plan import make_plan
+from flashbuild.build_plan import make_plan
 from flashbuild.jobs import Budget, Job, SchedulerEvents
 
 pytestmark = pytest.mark.container

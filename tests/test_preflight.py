@@ -218,7 +218,7 @@ def test_an_engine_that_fails_the_image_lookup_is_a_problem_not_a_traceback(repo
 def test_missing_cmake_is_a_dry_run_problem_with_the_setup_fix(repo, tmp_path, monkeypatch):
     from flashbuild import package_checks, preflight
     from flashbuild.options import load_config
-    from flashbuild.plan import make_plan
+    from flashbuild.build_plan import make_plan
 
     monkeypatch.setattr(package_checks.shutil, "which", lambda tool: None if tool == "cmake" else f"/usr/bin/{tool}")
     config = load_config(repo / "matrix.yaml")

@@ -8,7 +8,7 @@ import pytest
 from flashbuild.errors import CompileError
 from flashbuild.memory import estimate
 from flashbuild.options import KernelSet, load_config
-from flashbuild.plan import host_tus, make_plan
+from flashbuild.build_plan import host_tus, make_plan
 
 
 def names(repo, matrix):

@@ -1,4 +1,5 @@
-"""Matrix -> plan: which translation units each entry compiles.
+"""Matrix -> build plan: which translation units each entry compiles (the build's plan; the C
+API's plans are fas_plan, src/api/).
 
 A KernelTU is one template instantiation of a family (families.py); its name is its
 parameters and is also the file name of its generated source in kernels/. Everything else
