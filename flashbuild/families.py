@@ -18,6 +18,7 @@ include sets (`Upstream`) and the host-code folders of the C API (`CODE_PATHS`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 # The first line of every generated kernel source (part of each kernel object's cache key).
@@ -257,39 +258,51 @@ def _sm90_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.input_dtype].api, DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
 
-def _paged_kv_dtype(tu) -> str:
-    """The family's KV cache element type: fixed (e4m3) or q's."""
-    return PAGED_KV_DTYPE.get(tu.family, tu.dtype)
+@dataclass(frozen=True)
+class PagedKernel:
+    """What a paged family's TUs instantiate: the header, its launch and occupancy templates,
+    a line on what it is, its query tile rows (16 serves up to 16 packed (query, head) rows per
+    KV head: decode, 1 token x GQA 16, 2 x 8 ...; 64 the longer ones) and its KV caches' element
+    type where fixed (e4m3; None: q's)."""
+
+    header: str
+    run: str
+    occupancy: str
+    what: str
+    tile_q: int
+    kv_dtype: str | None = None
 
 
-def _paged_template_args(tu) -> str:
-    """<Dtype, KvDtype, HeadDim, Causal, TileQ> of fas_paged::launch_paged (fas_dtype values; TileQ: the
-    family's query tile rows)."""
-    return (f"{DTYPES[tu.dtype].value}, {DTYPES[_paged_kv_dtype(tu)].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}, "
-            f"{PAGED_TILE_Q[tu.family]}")
+def _paged_kv_dtype(kernel: PagedKernel, tu) -> str:
+    return kernel.kv_dtype or tu.dtype
 
 
-def render_paged(tu) -> str:
-    args = _paged_template_args(tu)
-    header, run, occupancy, what = PAGED_KERNELS[tu.family]
-    kv = _paged_kv_dtype(tu)
+def _paged_template_args(kernel: PagedKernel, tu) -> str:
+    """<Dtype, KvDtype, HeadDim, Causal, TileQ> of fas_paged::launch_paged (fas_dtype values)."""
+    return (f"{DTYPES[tu.dtype].value}, {DTYPES[_paged_kv_dtype(kernel, tu)].value}, {tu.head_dim}, "
+            f"{_cpp_bool(tu.causal)}, {kernel.tile_q}")
+
+
+def render_paged(kernel: PagedKernel, tu) -> str:
+    args = _paged_template_args(kernel, tu)
+    kv = _paged_kv_dtype(kernel, tu)
     dtypes = tu.dtype if kv == tu.dtype else f"{tu.dtype} out and q (or {kv} q), {kv} KV"
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
-        f"// {what}: {dtypes}, head dim {tu.head_dim}, "
-        f"{_causal_word(tu)}, {PAGED_TILE_Q[tu.family]}-row query tiles. Exactly one kernel (and its merge).",
-        f'#include "{header}"',
+        f"// {kernel.what}: {dtypes}, head dim {tu.head_dim}, "
+        f"{_causal_word(tu)}, {kernel.tile_q}-row query tiles. Exactly one kernel (and its merge).",
+        f'#include "{kernel.header}"',
         "",
         "namespace fas_paged {",
         "",
         "template <>",
         f"cudaError_t launch_paged<{args}>(const LaunchArgs& args, cudaStream_t stream) {{",
-        f"    return {run}<{args}>(args, stream);",
+        f"    return {kernel.run}<{args}>(args, stream);",
         "}",
         "",
         "template <>",
         f"cudaError_t occupancy_paged<{args}>(DecodeShape shape, int* ctas_per_sm) {{",
-        f"    return {occupancy}<{args}>(shape, ctas_per_sm);",
+        f"    return {kernel.occupancy}<{args}>(shape, ctas_per_sm);",
         "}",
         "",
         "}  // namespace fas_paged",
@@ -297,13 +310,13 @@ def render_paged(tu) -> str:
     ])
 
 
-def _paged_symbol(tu) -> str:
-    return f"fas_paged::launch_paged<{_paged_template_args(tu)}>"
+def _paged_symbol(kernel: PagedKernel, tu) -> str:
+    return f"fas_paged::launch_paged<{_paged_template_args(kernel, tu)}>"
 
 
-def _paged_args(tu) -> tuple[str, ...]:
-    return (DTYPES[tu.dtype].api, DTYPES[_paged_kv_dtype(tu)].api, str(tu.head_dim), _cpp_bool(tu.causal),
-            str(PAGED_TILE_Q[tu.family]))
+def _paged_args(kernel: PagedKernel, tu) -> tuple[str, ...]:
+    return (DTYPES[tu.dtype].api, DTYPES[_paged_kv_dtype(kernel, tu)].api, str(tu.head_dim), _cpp_bool(tu.causal),
+            str(kernel.tile_q))
 
 
 # The memory_estimates_gb key (matrix.yaml) of every host TU: host code belongs to no family.
@@ -317,20 +330,22 @@ FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
-# Query tile rows per paged family: 16 serves up to 16 packed (query, head) rows per KV head
-# (decode: 1 token x GQA 16, 2 x 8 ...); 64 the longer ones (speculative x wide GQA, prefill).
+PAGED_DECODE = PagedKernel("paged/decode.cuh", "run_decode", "occupancy_decode",
+                           "The project's decode kernel over a paged KV cache", tile_q=16)
 # The e4m3-KV decode kernel serves every query length (several 16-row tiles per sequence).
-PAGED_TILE_Q = {"paged_decode": 16, "paged_decode_e4m3kv": 16, "paged_prefill": 64}
-# Paged families whose KV caches hold another type than q and out (the rest: q's type).
-PAGED_KV_DTYPE = {"paged_decode_e4m3kv": "e4m3"}
-# Per paged family: the header its TUs include, its launch and occupancy templates, and what it is.
-PAGED_KERNELS = {
-    "paged_decode": ("paged/decode.cuh", "run_decode", "occupancy_decode",
-                     "The project's decode kernel over a paged KV cache"),
-    "paged_decode_e4m3kv": ("paged/decode.cuh", "run_decode", "occupancy_decode",
-                            "The project's decode kernel over a paged FP8 KV cache (per-KV-head descales)"),
-    "paged_prefill": ("paged/launch.cuh", "run", "occupancy", "FlashInfer batch attention over a paged KV cache"),
-}
+PAGED_DECODE_E4M3KV = PagedKernel("paged/decode.cuh", "run_decode", "occupancy_decode",
+                                  "The project's decode kernel over a paged FP8 KV cache (per-KV-head descales)",
+                                  tile_q=16, kv_dtype="e4m3")
+PAGED_PREFILL = PagedKernel("paged/launch.cuh", "run", "occupancy", "FlashInfer batch attention over a paged KV cache",
+                            tile_q=64)
+
+
+def _paged_family(name: str, kernel: PagedKernel) -> Family:
+    return Family(name=name, upstream=FLASHINFER_SM90, api_path="paged", head_dims=SM90_HEAD_DIMS,
+                  dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True, render=partial(render_paged, kernel),
+                  symbol=partial(_paged_symbol, kernel), registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS,
+                  registry_args=partial(_paged_args, kernel))
+
 
 FAMILIES = {
     family.name: family
@@ -378,24 +393,11 @@ FAMILIES = {
             render=render_sm90_paged, symbol=_sm90_paged_symbol,
             registry_macro="FAS_SM90_PAGED", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
         ),
-        Family(  # 16-row query tiles; causal only (one query sees every key with or without the mask)
-            name="paged_decode", upstream=FLASHINFER_SM90, api_path="paged",
-            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
-            render=render_paged, symbol=_paged_symbol,
-            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
-        ),
-        Family(  # paged_decode over e4m3 K/V caches; dtypes are out's, and q's unless q is e4m3 (an FP8 plan)
-            name="paged_decode_e4m3kv", upstream=FLASHINFER_SM90, api_path="paged",
-            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
-            render=render_paged, symbol=_paged_symbol,
-            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
-        ),
-        Family(
-            name="paged_prefill", upstream=FLASHINFER_SM90, api_path="paged",
-            head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
-            render=render_paged, symbol=_paged_symbol,
-            registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS, registry_args=_paged_args,
-        ),
+        # 16-row query tiles; causal only (one query sees every key with or without the mask)
+        _paged_family("paged_decode", PAGED_DECODE),
+        # over e4m3 K/V caches; dtypes are out's, and q's unless q is e4m3 (an FP8 plan)
+        _paged_family("paged_decode_e4m3kv", PAGED_DECODE_E4M3KV),
+        _paged_family("paged_prefill", PAGED_PREFILL),
     )
 }
 
