@@ -72,7 +72,12 @@ class Upstream:
         ]
 
 
-FLASH_ATTN = Upstream("flash-attn", includes=("kernels", "cutlass"), keyed_folders=("src/standins",))
+# FA2's own switches (its static_switch.h) for branches no C API path reaches: the library never
+# passes a dropout probability or ALiBi slopes (src/fa2/launch.cu), so those variants were compiled
+# for nothing (issue 33: a forward TU instantiated 39 kernels, 20 of them reachable).
+FLASH_ATTN = Upstream("flash-attn", includes=("kernels", "cutlass"),
+                      defines=("-DFLASHATTENTION_DISABLE_DROPOUT", "-DFLASHATTENTION_DISABLE_ALIBI"),
+                      keyed_folders=("src/standins",))
 # FlashInfer's SM90 templates need its own CCCL ahead of the toolkit's, and its CUTLASS 4.5.
 # NDEBUG as FlashInfer builds them: without it CUTLASS keeps debug role checks in its
 # pipelines (brkpt), which the FP8 kernel's V-transpose pipeline trips on every launch.

@@ -109,7 +109,8 @@ Flash_fwd_params make_params(const fas::Layout& layout, const Tensors& tensors, 
     params.scale_softmax = capped ? layout.softcap : layout.softmax_scale;
     params.scale_softmax_log2 = params.scale_softmax * kLog2e;
     params.softcap = capped ? layout.softmax_scale / layout.softcap : 0.f;
-    // No dropout: p_dropout holds the keep probability.
+    // No dropout (p_dropout holds the keep probability) and no ALiBi (alibi_slopes_ptr stays
+    // NULL): the kernels are compiled without either (families.py, FLASH_ATTN's defines).
     params.p_dropout = 1.f;
     params.p_dropout_in_uint8_t = 255;
     params.rp_dropout = 1.f;
