@@ -12,7 +12,7 @@ or a folder in its place, is said to be one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
@@ -79,6 +79,7 @@ class Config:
     path: Path
     matrices: dict
     images: dict
+    compile_time_estimates: dict = field(default_factory=dict)  # group -> reference seconds per TU
 
     def matrix(self, name: str) -> Matrix:
         if name not in self.matrices:
@@ -248,4 +249,9 @@ def _config(path: Path, document: dict) -> Config:
         matrices[matrix_name] = Matrix(
             name=matrix_name, description=spec.get("description", ""), entries=tuple(entries)
         )
-    return Config(path=path, matrices=matrices, images=images)
+    estimates = document.get("compile_time_estimates_s", {})
+    unknown = sorted(set(estimates) - set(FAMILIES) - {HOST})
+    if unknown:
+        raise _Problem(("compile_time_estimates_s",), f"unknown key {', '.join(map(repr, unknown))}",
+                       f"use '{HOST}' or a family name: {', '.join(FAMILIES)}", key=unknown[0])
+    return Config(path=path, matrices=matrices, images=images, compile_time_estimates=dict(estimates))

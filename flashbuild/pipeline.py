@@ -43,9 +43,11 @@ class Paths:
         self.kernels = repo / "kernels"
 
 
-def describe_plan(plan: BuildPlan, budget: Budget, recorded: dict, with_prediction: bool = False) -> str:
+def describe_plan(plan: BuildPlan, budget: Budget, recorded: dict, with_prediction: bool = False,
+                  reference: dict | None = None) -> str:
     """The plan as the build prints it, from `recorded` (tu-stats.json's contents); with
-    with_prediction (the dry run) also the predicted compile time here and on build servers."""
+    with_prediction (the dry run) also the predicted compile time here and on build servers, and
+    the cost by family (`reference`: matrix.yaml's compile_time_estimates_s)."""
     recorded_peaks = peaks_of(recorded)
     lines = [f"matrix {plan.matrix.name}: {plan.matrix.description}",
              f"budget: {budget.describe()}"]
@@ -62,7 +64,7 @@ def describe_plan(plan: BuildPlan, budget: Budget, recorded: dict, with_predicti
             lines.append(f"  {tu.name:<40} {size / GIB:5.1f} GiB ({origin})")
         lines.append(f"  concurrency: up to {max_concurrency(estimates, budget)} TU(s) at once")
         if with_prediction:
-            lines += predict.describe(entry_plan, recorded, budget)
+            lines += predict.describe(entry_plan, recorded, budget, reference)
     return "\n".join(lines)
 
 
@@ -95,7 +97,8 @@ def build(repo: Path, matrix_name: str, dry_run: bool = False, jobs: int | None 
                               lambda *args: ensure_toolchain(*args))
     plan = runs_on.plan(make_plan(config.matrix(matrix_name), paths.repo))
     budget = make_budget(int(reserve_gb * GIB), jobs)
-    console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run))
+    console.print(describe_plan(plan, budget, Stats(paths.build).read(), with_prediction=dry_run,
+                                reference=config.compile_time_estimates))
     if dry_run:  # everything the build would need, every problem found
         runs_on.dry_run(paths, config, plan, offline, local, use_sccache, sign_key)
         return []

@@ -5,9 +5,12 @@ and the running jobs' memory estimates plus the job's within the server's memory
 estimate first) over per-TU wall times that earlier builds recorded (build/tu-stats.json),
 on N servers of C cores and M GiB each; a job starts on the first server that admits it as
 soon as one does. It assumes a TU takes as long on a server core as it took here, and it
-leaves out link, verify and export, which run once, on the build machine. Pure: the tests
-drive it with synthetic jobs, and `invoke build --dry-run` prints it for this machine and
-for 1, 4 and 16 servers.
+leaves out link, verify and export, which run once, on the build machine. TUs of a family
+this machine never compiled take the matrix's reference time for the family
+(`compile_time_estimates_s`, measured on one reference machine), scaled by how fast this
+machine compiled the TUs it did time. Pure: the tests drive it with synthetic jobs, and
+`invoke build --dry-run` prints it for this machine and for 1, 4 and 16 servers, with a cost
+table by family.
 """
 
 from __future__ import annotations
@@ -62,45 +65,109 @@ def simulate(jobs: list[SimJob], servers: list[Server]) -> float:
     return end
 
 
-def entry_jobs(entry_plan, stats: dict) -> tuple[list[SimJob], int]:
+def _tus(entry_plan) -> list[tuple[str, str]]:
+    """(name, group) of every TU of the entry: kernel TUs by family, host TUs as HOST."""
+    return [(tu.name, tu.family) for tu in entry_plan.kernels] + [(h.name, HOST) for h in entry_plan.hosts]
+
+
+def _recorded(entry_plan, stats: dict) -> dict[str, float]:
+    entry = entry_plan.entry
+    return {name: stats[stats_key(entry, name)]["wall_s"] for name, _ in _tus(entry_plan)
+            if stats.get(stats_key(entry, name), {}).get("wall_s") is not None}
+
+
+def speed_ratios(entry_plan, stats: dict, reference: dict[str, float]) -> list[float]:
+    """This machine against the matrix's reference machine: recorded / reference time of every
+    timed kernel TU whose family has a reference time (sorted). Host TUs do not count: they
+    take a second or two, mostly process start, and say little about compiling kernels."""
+    groups = dict(_tus(entry_plan))
+    return sorted(seconds / reference[groups[name]] for name, seconds in _recorded(entry_plan, stats).items()
+                  if groups[name] != HOST and reference.get(groups[name], 0) > 0)
+
+
+def entry_jobs(entry_plan, stats: dict, reference: dict[str, float] | None = None,
+               scale: float | None = None) -> tuple[list[SimJob], int]:
     """The entry's TUs with their recorded wall times and memory estimates. A TU without a
     recorded time counts as the median recorded time of its group (family or host) in this
-    entry, else of all its recorded TUs; returns the jobs and how many had their own time."""
+    entry; a group none of whose TUs was timed here, as its reference time (matrix.yaml's
+    compile_time_estimates_s) x `scale` (default: the median of speed_ratios, 1 without any),
+    else as the median of all recorded TUs. Returns the jobs and how many had their own time."""
     entry = entry_plan.entry
     peaks = peaks_of(stats)
-    tus = [(tu.name, tu.family) for tu in entry_plan.kernels] + [(h.name, HOST) for h in entry_plan.hosts]
-    recorded = {name: stats[stats_key(entry, name)]["wall_s"] for name, _ in tus
-                if stats.get(stats_key(entry, name), {}).get("wall_s") is not None}
+    reference = reference or {}
+    recorded = _recorded(entry_plan, stats)
+    if scale is None:
+        ratios = speed_ratios(entry_plan, stats, reference)
+        scale = statistics.median(ratios) if ratios else 1.0
     by_group: dict[str, list[float]] = {}
-    for name, group in tus:
+    for name, group in _tus(entry_plan):
         if name in recorded:
             by_group.setdefault(group, []).append(recorded[name])
     fallback = statistics.median(recorded.values()) if recorded else 0.0
     jobs = []
-    for name, group in tus:
+    for name, group in _tus(entry_plan):
         seconds = recorded.get(name)
         if seconds is None:
-            seconds = statistics.median(by_group[group]) if group in by_group else fallback
+            seconds = (statistics.median(by_group[group]) if group in by_group
+                       else reference[group] * scale if group in reference else fallback)
         jobs.append(SimJob(name, seconds, estimate(entry, name, group, peaks)[0]))
     return jobs, len(recorded)
 
 
-def describe(entry_plan, stats: dict, here: Budget) -> list[str]:
-    """The dry run's lines for one entry."""
-    jobs, timed = entry_jobs(entry_plan, stats)
-    if timed == 0:
+def family_costs(entry_plan, stats: dict, reference: dict[str, float] | None = None) -> list[str]:
+    """The dry run's cost table: per family (and host code), its TUs, CPU-seconds (this
+    machine's records where it has them, else as entry_jobs predicts) and peak GiB."""
+    jobs, _ = entry_jobs(entry_plan, stats, reference)
+    recorded = _recorded(entry_plan, stats)
+    groups = dict(_tus(entry_plan))
+    rows: dict[str, list[SimJob]] = {}
+    for job in jobs:
+        rows.setdefault(groups[job.name], []).append(job)
+    lines = ["  cost by family (CPU-seconds: recorded here, or predicted; peak: recorded, or the matrix's estimate):"]
+    for group, members in sorted(rows.items(), key=lambda item: -sum(j.seconds for j in item[1])):
+        timed = sum(1 for j in members if j.name in recorded)
+        lines.append(f"    {group:<24} {len(members):>3} TU(s), {sum(j.seconds for j in members):>7.0f} CPU-s "
+                     f"({timed} timed here), peak {max(j.estimate_bytes for j in members) / GIB:.1f} GiB")
+    return lines
+
+
+def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] | None = None) -> list[str]:
+    """The dry run's lines for one entry: the compile phase here and on servers, how sure that
+    is, and the cost by family."""
+    reference = reference or {}
+    jobs, timed = entry_jobs(entry_plan, stats, reference)
+    if timed == 0 and not reference:
         return ["  predicted compile phase: no recorded TU times yet (build once; the next --dry-run predicts)"]
+    machine = [Server(here.cpu_slots, here.memory_bytes)]
     bound = max(sum(j.seconds for j in jobs) / here.cpu_slots, max(j.seconds for j in jobs))
-    lines = [f"  predicted compile phase ({timed} of {len(jobs)} TUs timed by earlier builds, the rest at their"
-             " group's median; link, verify and export not included):",
+    ratios = speed_ratios(entry_plan, stats, reference)
+    groups_timed = {group for name, group in _tus(entry_plan) if name in _recorded(entry_plan, stats)}
+    scaled = sum(1 for _, group in _tus(entry_plan) if group not in groups_timed and group in reference)
+    if timed == 0:
+        how = ("no TU timed here yet: every TU at its family's reference time (matrix.yaml "
+               "compile_time_estimates_s), unscaled")
+    else:
+        how = f"{timed} of {len(jobs)} TUs timed by earlier builds, the rest at their family's median here"
+        if scaled and ratios:
+            how += (f"; {scaled} TU(s) of families not compiled here at their reference time x "
+                    f"{statistics.median(ratios):.2f} (this machine's median speed ratio over {len(ratios)} timed "
+                    "kernel TUs)")
+        elif scaled:
+            how += f"; {scaled} TU(s) of families not compiled here at their reference time (no kernel TU timed here)"
+    lines = [f"  predicted compile phase ({how}; link, verify and export not included):",
              f"    this machine ({here.cpu_slots} slot(s), {here.memory_bytes / GIB:.1f} GiB): "
-             f"{_duration(simulate(jobs, [Server(here.cpu_slots, here.memory_bytes)]))} "
+             f"{_duration(simulate(jobs, machine))} "
              f"(lower bound, max(TU time / slots, longest TU): {_duration(bound)})"]
+    if scaled and len(ratios) >= 4:  # how sure: the same with the ratio's quartiles
+        low, high = (entry_jobs(entry_plan, stats, reference, scale=q)[0]
+                     for q in (ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]))
+        lines.append(f"    with the ratio's quartiles ({ratios[len(ratios) // 4]:.2f}-{ratios[(3 * len(ratios)) // 4]:.2f}): "
+                     f"{_duration(simulate(low, machine))} to {_duration(simulate(high, machine))}")
     for count in SERVER_COUNTS:
         servers = [Server(SERVER_CORES, SERVER_GIB * GIB)] * count
         lines.append(f"    {count:>2} server(s) of {SERVER_CORES} cores and {SERVER_GIB} GiB: "
                      f"{_duration(simulate(jobs, servers))}")
-    return lines
+    return lines + family_costs(entry_plan, stats, reference)
 
 
 def _duration(seconds: float) -> str:

@@ -66,4 +66,53 @@ def test_dry_run_prices_this_machine_and_each_server_count():
     # 60 + 60 (b: a's median) + 1; the bound is the same on one slot
     assert "this machine (1 slot(s), 16.0 GiB): 2.0 min (lower bound, max(TU time / slots, longest TU): 2.0 min)" \
         in lines[1]
-    assert [line.split(":")[0].split()[0] for line in lines[2:]] == ["1", "4", "16"]
+    assert [line.split(":")[0].split()[0] for line in lines[2:5]] == ["1", "4", "16"]
+    assert lines[5].startswith("  cost by family")
+
+
+def two_family_plan(timed, untimed):
+    entry = SimpleNamespace(archs=("sm_90a",), memory_estimates_gb={"fam": 4.0, "new": 2.0, "host": 0.5})
+    kernels = [SimpleNamespace(name=n, family="fam") for n in timed] + \
+              [SimpleNamespace(name=n, family="new") for n in untimed]
+    return SimpleNamespace(entry=entry, kernels=kernels, hosts=[SimpleNamespace(name="api")])
+
+
+def test_a_family_never_compiled_here_takes_its_reference_time_at_this_machines_speed():
+    # this machine compiled fam's TUs in 2x its reference time; host code does not set the ratio
+    stats = {"a@sm_90a": {"wall_s": 20.0}, "b@sm_90a": {"wall_s": 24.0}, "api@sm_90a": {"wall_s": 9.0}}
+    reference = {"fam": 11.0, "new": 30.0, "host": 1.0}
+    plan = two_family_plan(["a", "b"], ["x", "y"])
+    work, timed = entry_jobs(plan, stats, reference)
+    by_name = {j.name: j for j in work}
+    assert timed == 3
+    assert by_name["x"].seconds == pytest.approx(30.0 * (20 / 11 + 24 / 11) / 2)
+    assert by_name["x"].estimate_bytes == 2 * GIB
+    # without reference times it falls back to the median of every timed TU, as before
+    assert {j.name: j.seconds for j in entry_jobs(plan, stats)[0]}["x"] == 20.0
+
+
+def test_with_nothing_timed_the_dry_run_prices_the_reference_times_unscaled():
+    plan = two_family_plan(["a"], ["x"])
+    lines = describe(plan, {}, Budget(16 * GIB, 1, "test"), {"fam": 60.0, "new": 60.0, "host": 1.0})
+    assert "no TU timed here yet" in lines[0]
+    assert "this machine (1 slot(s), 16.0 GiB): 2.0 min" in lines[1]
+
+
+def test_the_dry_run_says_how_sure_it_is_and_costs_each_family():
+    stats = {f"t{i}@sm_90a": {"wall_s": 10.0 * (i + 1), "peak_rss_kb": 1024} for i in range(4)}
+    plan = two_family_plan([f"t{i}" for i in range(4)], ["x"])
+    lines = describe(plan, stats, Budget(16 * GIB, 1, "test"), {"fam": 10.0, "new": 100.0})
+    # speed ratios 1, 2, 3, 4: x at 2 x 100 s and 4 x 100 s beside the 100 s timed and the host
+    # TU (untimed, no reference: the median recorded, 25 s)
+    quartiles = next(line for line in lines if "quartiles" in line)
+    assert "(2.00-4.00)" in quartiles and "5.4 min to 8.8 min" in quartiles
+    costs = lines[lines.index(next(line for line in lines if line.startswith("  cost by family"))) + 1:]
+    assert [line.split()[0] for line in costs] == ["new", "fam", "host"]
+    assert "4 TU(s),     100 CPU-s (4 timed here), peak 0.0 GiB" in costs[1]
+
+
+def test_with_only_host_code_timed_the_reference_times_stay_unscaled():
+    plan = two_family_plan([], ["x"])
+    lines = describe(plan, {"api@sm_90a": {"wall_s": 3.0}}, Budget(16 * GIB, 1, "test"), {"new": 50.0})
+    assert "no kernel TU timed here" in lines[0]
+    assert "this machine (1 slot(s), 16.0 GiB): 53 s" in lines[1]

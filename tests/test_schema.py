@@ -59,6 +59,10 @@ BAD = {
                                  "memory_estimates_gb.fa2_fwd"),
     "memory estimate of no family": (lambda d: entry(d)["memory_estimates_gb"].update(fa3_fwd=2.0),
                                      "memory_estimates_gb: unknown key 'fa3_fwd'"),  # a shared anchor
+    "compile time of no family": (lambda d: d["compile_time_estimates_s"].update(fa3_fwd=60),
+                                  "compile_time_estimates_s: unknown key 'fa3_fwd'"),
+    "zero compile time": (lambda d: d["compile_time_estimates_s"].update(fa2_fwd=0),
+                          "compile_time_estimates_s.fa2_fwd"),
     "unknown family": (lambda d: entry(d)["kernels"][0].update(family="fa3_fwd"),
                        "matrices.minimal.entries[0].kernels[0].family: 'fa3_fwd' is not allowed"),
     "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 160]),
