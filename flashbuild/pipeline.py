@@ -19,7 +19,7 @@ from . import artifact_verify, backends, checks, dist, export, images, package_c
     preflight, provenance, release_checks, sccache, sources
 from .compiler import EntryBuild, EntryCompiler
 from .console import console, log
-from .container import docker_client
+from .container import ToolchainContainer, docker_client
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem
 from .manifest import entry_manifest, expectation, with_report
