@@ -7,7 +7,7 @@ Rows: a decode step (256 tokens, one per sequence, slots on random pages), prefi
 8192 and 65536 tokens (pages of 16 in shuffled order), 2 KV heads of head dim 128 (Qwen2.5-VL-3B),
 bf16 caches and e4m3 caches (quantized on the way in). Bytes count what must move: the new K/V
 rows and the slots read, the cache rows written. GPU time per call is the median over ~20 ms of
-back-to-back calls (bench_attention's shuffled rounds); the ceiling is a device-to-device copy
+back-to-back calls (common.median_ms_each's shuffled rounds); the ceiling is a device-to-device copy
 of 1 GiB (bytes read + written).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-import bench_attention as ba
+import common as ba
 from fas_ctypes import Dtype, KvAppendArgs
 
 HEADS, HEAD_DIM, PAGE = 2, 128, 16

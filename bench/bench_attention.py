@@ -23,183 +23,13 @@ FLOPs are counted as 4 * B * H * Sq * Sk * D (two matmuls), halved for causal ma
 from __future__ import annotations
 
 import argparse
-import ctypes
-import random
-import statistics
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-import fas_ctypes
-from fas_ctypes import Dtype, FwdArgs, PlanRunArgs
-
-# The Qwen2.5-VL-3B-like LLM batch (16 query / 2 KV heads, hdim 128, causal): 7 sequences, 16k tokens.
-QWEN_VARLEN_LENGTHS = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
-
-
-def fas_dtype(tensor) -> Dtype:
-    """The fas_dtype of a torch tensor's elements (fp16 otherwise)."""
-    return {torch.bfloat16: Dtype.BF16, torch.float8_e4m3fn: Dtype.E4M3}.get(tensor.dtype, Dtype.FP16)
-
-
-class Library(fas_ctypes.Library):
-    """The binding plus the torch-side callables the bench scripts time."""
-
-    def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0):
-        """A zero-argument callable that enqueues one forward on the current stream."""
-        args = FwdArgs.new()
-        args.dtype = fas_dtype(q)
-        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
-        if cu_q is None:
-            args.batch_size, args.max_seqlen_q, args.num_heads_q, args.head_dim = q.shape
-            args.max_seqlen_k, args.num_heads_k = k.shape[1], k.shape[2]
-        else:
-            args.cu_seqlens_q, args.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
-            args.batch_size = cu_q.numel() - 1
-            args.max_seqlen_q, args.max_seqlen_k = max_q, max_k
-            _, args.num_heads_q, args.head_dim = q.shape
-            args.num_heads_k = k.shape[1]
-        args.causal = int(causal)
-        args.stream = torch.cuda.current_stream().cuda_stream
-        # Preallocated scratch (LSE) so the timed call allocates nothing.
-        size = self.workspace_size(args)
-        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)
-        args.workspace, args.workspace_bytes = workspace.data_ptr(), size
-
-        def run():
-            self.check(self.dll.fas_fwd(ctypes.byref(args)))
-
-        run.keepalive = (args, workspace)
-        return run
-
-    def plan_fns(self, q, k, v, out, causal, lengths, window=None, softcap=0.0):
-        """(run with the plan reused, run with planning in every call, family name) for a
-        varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
-        make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output. window:
-        FlashAttention's (left, right), None = none."""
-        plan_args = fas_ctypes.plan_args(lengths, fas_dtype(q), q.shape[1], k.shape[1], q.shape[2], causal,
-                                         torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out),
-                                         window=window)
-        plan_args.softcap = softcap
-        run_args = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
-                                   stream=plan_args.stream)
-        plan = self.plan_create(plan_args)
-        info = self.plan_info(plan)
-
-        def reused():
-            self.check(self.dll.fas_plan_run(plan, ctypes.byref(run_args)))
-
-        def replanned():
-            handle = self.plan_create(plan_args)
-            self.check(self.dll.fas_plan_run(handle, ctypes.byref(run_args)))
-            self.check(self.dll.fas_plan_destroy_async(handle, run_args.stream))  # no wait
-
-        reused.keepalive = replanned.keepalive = (plan_args, run_args, plan)
-        reused.library = self  # the library that serves the plan (Libraries picks among several)
-        return reused, replanned, info.family_name.decode()
-
-
-class Libraries:
-    """Several artifacts in one run (e.g. minimal + hopper-check): each request goes to the
-    first library that serves it."""
-
-    def __init__(self, artifacts):
-        self.libs = [Library(a) for a in artifacts]
-
-    def plan_fns(self, *args, family=None, **kwargs):
-        """family: take the first library whose plan runs on this family (e.g. "sm90"), not the
-        first that serves the request at all."""
-        errors = []
-        for lib in self.libs:
-            try:
-                fns = lib.plan_fns(*args, **kwargs)
-            except RuntimeError as error:
-                errors.append(str(error))
-                continue
-            if family is None or fns[2] == family:
-                return fns
-            errors.append(f"{lib.path.name}: family {fns[2]}")
-        raise RuntimeError("; ".join(errors))
-
-    def fa2_library(self, dtype: int, head_dim: int, causal: bool):
-        """The first library with an FA2 kernel of exactly head_dim, else None."""
-        return next((lib for lib in self.libs if lib.kernel_head_dim(dtype, head_dim, causal) == head_dim), None)
-
-
-def _call_ms(fn) -> float:
-    """One call's time, after 3 untimed calls (the first ones build plans and handles)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    return max(start.elapsed_time(end), 1e-3)
-
-
-def median_ms_each(fns: dict, repeats: int) -> dict:
-    """Median time per call of each function, or the first line of the error a backend raised
-    (a backend that refuses a shape is reported, not fatal). Each sample is enough back-to-back
-    calls to fill ~20 ms, and the samples are taken in rounds, one per function in a shuffled
-    order (fixed seed), so that every backend of a row runs under the same clocks and none
-    always follows the same other one. Timed one after another, the same kernel's two columns
-    (plan reused, planning per call) came out up to 8-13% apart at hdim 128-256, 16k tokens,
-    in either direction depending on the warm-up: the H100's clock moves with sustained load."""
-    results, inner = {}, {}
-    order = random.Random(0)
-    for name, fn in fns.items():
-        try:
-            inner[name] = max(1, min(200, int(20.0 / _call_ms(fn))))
-        except RuntimeError as error:
-            results[name] = str(error).splitlines()[0][:60]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = {name: [] for name in inner}
-    for round_index in range(repeats + 1):  # round 0 warms up and is not kept
-        names = list(inner)
-        order.shuffle(names)
-        for name in names:
-            calls = inner[name]
-            start.record()
-            for _ in range(calls):
-                fns[name]()
-            end.record()
-            torch.cuda.synchronize()
-            if round_index:
-                samples[name].append(start.elapsed_time(end) / calls)
-    results.update({name: statistics.median(times) for name, times in samples.items()})
-    return results
-
-
-def sdpa_fn(backend, q, k, v, causal):
-    """SDPA on [B, H, S, D] views of the same [B, S, H, D] tensors the library reads."""
-    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    gqa = q.shape[2] != k.shape[2]
-
-    def run():
-        with sdpa_kernel([backend]):
-            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
-
-    return run
-
-
-def tflops(flops: float, ms) -> str:
-    if isinstance(ms, float):
-        return f"{flops / (ms * 1e-3) / 1e12:.0f}"
-    return ms if ms == "not built" else "n/a"
-
-
-def ratio(a, b) -> str:
-    return f"{b / a:.2f}x" if isinstance(a, float) and isinstance(b, float) else "n/a"
-
-
-def overhead(reused, replanned) -> str:
-    """Planning cost as a share of one forward with the plan reused."""
-    return f"{(replanned - reused) / reused * 100:.0f}%" if isinstance(reused, float) and isinstance(replanned, float) else "n/a"
-
+from common import QWEN_VARLEN_LENGTHS, Libraries, median_ms_each, overhead, print_table, ratio, sdpa_fn, tflops
+from fas_ctypes import Dtype
 
 def timed_cells(flops: float, fns: dict, repeats: int) -> tuple:
     """The measured columns of a row (library plan reused, planning in each call, planning
@@ -351,17 +181,6 @@ FORWARD_COLUMNS = SHARED_COLUMNS + [
     "library TFLOPS, plan reused", "library TFLOPS, planning in each call", "planning cost (% of one forward)",
     "library FP8 e4m3 in TFLOPS, plan reused", "FP8 / 16-bit (library)", "library FA2 (fas_fwd) TFLOPS",
     "SDPA cuDNN TFLOPS", "SDPA flash TFLOPS", "library (plan reused) / cuDNN"]
-
-
-def print_table(columns: list[str], rows: list) -> None:
-    """One markdown table after a blank line; nothing when there are no rows."""
-    if not rows:
-        return
-    print()
-    print("| " + " | ".join(columns) + " |")
-    print("|" + " --- |" * len(columns))
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
 
 
 def main() -> None:

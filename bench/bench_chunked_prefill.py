@@ -10,7 +10,7 @@ the SM90 paged kernel where built), on pages of 16 through the paged family (dis
 FA2-class kernel that served these plans before), SDPA cuDNN and flash with a lower-right causal
 mask on the contiguous KV; then paged 16 / contiguous and the library (paged 16) / the faster
 SDPA backend. FLOPs: 4 * H * D * (query, key) pairs the mask lets through. Timing:
-bench_attention.median_ms_each (rounds in shuffled order, median of samples).
+common.median_ms_each (rounds in shuffled order, median of samples).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
-from bench_attention import Library, fas_dtype, median_ms_each
+from common import Library, fas_dtype, median_ms_each
 from bench_decode import paged_plan, plan_runner
 from fas_ctypes import PlanArgs, PlanRunArgs
 

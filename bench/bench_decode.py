@@ -15,7 +15,7 @@ read-streaming limit); KV bandwidth = bytes of K and V / time. Ratios: ours / cu
 bandwidth against the card's device-to-device copy (read + write, as the copy counts them)
 measured at the start of the run. `--columns` adds page1, page64, flash (SDPA flash) and step
 (planning cost: create + 36 runs + destroy_async against 36 runs with the plan reused).
-Timing: bench_attention.median_ms_each (rounds in shuffled order, median of samples).
+Timing: common.median_ms_each (rounds in shuffled order, median of samples).
 `--masks` adds a table of the decode kernel with a causal window and with a softcap.
 """
 
@@ -31,7 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
-from bench_attention import Library, fas_dtype, median_ms_each
+from common import Library, fas_dtype, median_ms_each
 from fas_ctypes import KvLayout, PlanArgs, PlanRunArgs
 
 ROWS = [(64, 4096), (8, 32768), (256, 1024), (1, 131072)]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import fas_ctypes
-from bench_attention import Library, fas_dtype, median_ms_each
+from common import Library, fas_dtype, median_ms_each
 from bench_decode import ceilings, parse_row, read_fn
 from fas_ctypes import Dtype, KvLayout, PlanArgs, PlanRunArgs
 

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
-from bench_attention import Library, fas_dtype, median_ms_each
+from common import Library, fas_dtype, median_ms_each
 from fas_ctypes import KvLayout, PlanArgs, PlanRunArgs
 
 HEADS_Q, HEADS_KV, HEAD_DIM, PAGE = 16, 2, 128, 16

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend
 
-import bench_attention as ba
+import common as ba
 import fas_ctypes
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bench_attention import QWEN_VARLEN_LENGTHS, Libraries
+from common import QWEN_VARLEN_LENGTHS, Libraries
 
 LAYOUTS = [([1024] * 16, 64, False), ([1024] * 16, 128, True), ([4096] * 4, 128, True),
            ([16384], 64, True), ([16384], 128, False), (QWEN_VARLEN_LENGTHS, 128, True)]

@@ -19,7 +19,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench_attention import Library
+from common import Library
 from bench_decode import HEAD_DIM, HEADS_KV, ROWS, ceilings, decode_fns
 
 CALLS = 50

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import Libraries  # noqa: E402
+from common import Libraries  # noqa: E402
 
 CONFIGS = [
     # name, dtype, head_dim, causal, heads_q, heads_kv, lengths

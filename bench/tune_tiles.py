@@ -247,7 +247,7 @@ def bench(outs: list[Path], repeats: int, seqlens=(1024, 4096, 16384), head_dims
     from torch.nn.attention import SDPBackend
 
     sys.path.insert(0, str(REPO / "bench"))
-    import bench_attention as ba
+    import common as ba
 
     with tempfile.TemporaryDirectory() as work:
         library_table = library_tiles(Path(work))
