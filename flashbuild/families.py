@@ -126,6 +126,13 @@ class Family:
     registry_params: tuple[str, ...]  # the macro's parameters, as the C includers name them
     registry_args: Callable  # KernelTU -> the macro's arguments, in registry_params order
     causal: tuple[bool, ...] = (False, True)  # the causal values a matrix may list
+    # What the C registry of `api_path` must declare of one TU (its explicit specialization), a
+    # format string over registry_params; kernelgen writes it into kernel_registry.inc under
+    # FAS_DECLARE_<API_PATH>, so no C file declares a kernel by hand ("": the includer does).
+    declaration: str = ""
+
+    def declare(self, tu) -> str:
+        return self.declaration.format(**dict(zip(self.registry_params, self.registry_args(tu))))
 
 
 def _cpp_bool(value: bool) -> str:
@@ -335,6 +342,23 @@ FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
+# The registry declarations (Family.declaration) of each launch template.
+FA2_DECLARATION = ("namespace FLASH_NAMESPACE {{ template <> void run_mha_fwd_<{ElementType}, {HeadDim}, {IsCausal}>"
+                   "(Flash_fwd_params&, cudaStream_t); }}")
+FA2_SPLIT_DECLARATION = ("namespace FLASH_NAMESPACE {{ extern template void run_mha_fwd_splitkv_dispatch<{ElementType}, "
+                         "{HeadDim}, {IsCausal}>(Flash_fwd_params&, cudaStream_t); }}")
+SM90_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged<{InEnum}, {OutEnum}, {HeadDim}, "
+                    "{IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
+
+
+def _sm90_16bit_declaration(template: str) -> str:
+    return (f"namespace fas_sm90 {{{{ template <> cudaError_t {template}<{{DtypeEnum}}, {{HeadDim}}, {{IsCausal}}>"
+            "(const RaggedArgs&, cudaStream_t); }}")
+
+
+PAGED_DECLARATION = ("namespace fas_paged {{ template <> cudaError_t launch_paged<{DtypeEnum}, {KvEnum}, {HeadDim}, "
+                     "{IsCausal}, {TileQ}>(const LaunchArgs&, cudaStream_t); template <> cudaError_t occupancy_paged<"
+                     "{DtypeEnum}, {KvEnum}, {HeadDim}, {IsCausal}, {TileQ}>(DecodeShape, int*); }}")
 PAGED_DECODE = PagedKernel("paged/decode.cuh", "run_decode", "occupancy_decode",
                            "The project's decode kernel over a paged KV cache", tile_q=16)
 # The e4m3-KV decode kernel serves every query length (several 16-row tiles per sequence).
@@ -349,7 +373,7 @@ def _paged_family(name: str, kernel: PagedKernel) -> Family:
     return Family(name=name, upstream=FLASHINFER_SM90, api_path="paged", head_dims=SM90_HEAD_DIMS,
                   dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True, render=partial(render_paged, kernel),
                   symbol=partial(_paged_symbol, kernel), registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS,
-                  registry_args=partial(_paged_args, kernel))
+                  registry_args=partial(_paged_args, kernel), declaration=PAGED_DECLARATION)
 
 
 FAMILIES = {
@@ -360,43 +384,49 @@ FAMILIES = {
             head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=False,
             render=render_fa2_fwd, symbol=_fa2_symbol("run_mha_fwd_"),
             registry_macro="FAS_FA2_FWD", registry_params=FA2_PARAMS, registry_args=_fa2_args,
+            declaration=FA2_DECLARATION,
         ),
         Family(
             name="fa2_fwd_split", upstream=FLASH_ATTN, api_path="fa2",
             head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=False,
             render=render_fa2_split, symbol=_fa2_symbol("run_mha_fwd_splitkv_dispatch"),
             registry_macro="FAS_FA2_FWD_SPLIT", registry_params=FA2_PARAMS, registry_args=_fa2_args,
+            declaration=FA2_SPLIT_DECLARATION,
         ),
         Family(
             name="sm90_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
+            declaration=SM90_DECLARATION,
         ),
         Family(  # q/k/v in FP8 e4m3; a matrix's dtypes are the output's
             name="sm90_fp8_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_FP8_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
             render=render_sm90, symbol=_sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=_sm90_args,
+            declaration=SM90_DECLARATION,
         ),
         Family(  # scores capped as softcap * tanh(score / softcap) (Gemma 2, Grok); fp16/bf16
             name="sm90_softcap_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_softcap, symbol=_sm90_softcap_symbol,
             registry_macro="FAS_SM90_SOFTCAP", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
+            declaration=_sm90_16bit_declaration("launch_ragged_softcap"),
         ),
         Family(  # short sequences sharing query tiles; non-causal only (per-row bounds carry causality)
             name="sm90_packed_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_packed, symbol=_sm90_packed_symbol,
             registry_macro="FAS_SM90_PACKED", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
-            causal=(False,),
+            causal=(False,), declaration=_sm90_16bit_declaration("launch_ragged_packed"),
         ),
         Family(  # chunked prefill over a paged cache (matrices build it causal: queries fewer than keys)
             name="sm90_paged_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_paged, symbol=_sm90_paged_symbol,
             registry_macro="FAS_SM90_PAGED", registry_params=SM90_16BIT_PARAMS, registry_args=_sm90_16bit_args,
+            declaration=_sm90_16bit_declaration("launch_paged_ragged"),
         ),
         # 16-row query tiles; causal only (one query sees every key with or without the mask)
         _paged_family("paged_decode", PAGED_DECODE),

@@ -96,3 +96,27 @@ def test_dtype_values_are_the_headers_fas_dtype_enum(repo):
     header = (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
     enum = {name: int(value) for name, value in re.findall(r"\b(FAS_DTYPE_\w+)\s*=\s*(\d+)", header)}
     assert {d.api: d.value for d in DTYPES.values()} == enum
+
+
+def test_registry_declares_each_kernel_under_its_code_paths_guard(repo):
+    """The C registries declare no kernel by hand: src/fa2/launch.cu, src/sm90/registry.cpp and
+    src/paged/registry.cpp define FAS_DECLARE_<PATH> and include the generated declarations."""
+    plan = make_plan(load_config(repo / "matrix.yaml").matrix("minimal"), repo)
+    kernels = plan.entries[0].kernels
+    lines = registry_text(kernels).splitlines()
+    sections = {}
+    for path in ("fa2", "sm90", "paged"):
+        start, end = lines.index(f"#ifdef FAS_DECLARE_{path.upper()}"), lines.index(f"#undef FAS_DECLARE_{path.upper()}")
+        sections[path] = lines[start + 1:end]
+        assert lines[end + 1] == "#endif", "a second #include declares nothing again"
+    assert sum(len(body) for body in sections.values()) == len(kernels), "one declaration per kernel TU"
+    assert ("namespace fas_paged { template <> cudaError_t launch_paged<FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16>"
+            "(const LaunchArgs&, cudaStream_t); template <> cudaError_t occupancy_paged<FAS_DTYPE_BF16, FAS_DTYPE_BF16, "
+            "128, true, 16>(DecodeShape, int*); }") in sections["paged"]
+    assert ("namespace FLASH_NAMESPACE { template <> void run_mha_fwd_<cutlass::half_t, 64, true>"
+            "(Flash_fwd_params&, cudaStream_t); }") in sections["fa2"]
+    for source, path in (("src/fa2/launch.cu", "fa2"), ("src/sm90/registry.cpp", "sm90"),
+                         ("src/paged/registry.cpp", "paged")):
+        text = (repo / source).read_text()
+        assert f"#define FAS_DECLARE_{path.upper()}\n#include \"kernel_registry.inc\"" in text, source
+        assert "template <>" not in text and "extern template" not in text, f"{source} declares a kernel by hand"

@@ -12,16 +12,8 @@
 
 #include <cstddef>
 
-#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal)                          \
-    namespace FLASH_NAMESPACE {                                                         \
-    template <>                                                                         \
-    void run_mha_fwd_<ElementType, HeadDim, IsCausal>(Flash_fwd_params&, cudaStream_t); \
-    }
-#define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal)                   \
-    namespace FLASH_NAMESPACE {                                                        \
-    extern template void run_mha_fwd_splitkv_dispatch<ElementType, HeadDim, IsCausal>( \
-        Flash_fwd_params&, cudaStream_t);                                              \
-    }
+// This build's FA2 kernels, declared as generated with their TUs (kernelgen.registry_text).
+#define FAS_DECLARE_FA2
 #include "kernel_registry.inc"
 
 namespace fas_fa2 {

@@ -4,13 +4,8 @@
 #include "core/status.h"
 #include "paged/paged.h"
 
-#define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ)                                               \
-    namespace fas_paged {                                                                                    \
-    template <>                                                                                              \
-    cudaError_t launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>(const LaunchArgs&, cudaStream_t);  \
-    template <>                                                                                              \
-    cudaError_t occupancy_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>(DecodeShape, int*);             \
-    }
+// This build's paged kernels, declared as generated with their TUs (kernelgen.registry_text).
+#define FAS_DECLARE_PAGED
 #include "kernel_registry.inc"
 
 namespace fas_paged {

@@ -1,31 +1,14 @@
-// The SM90 kernels of this build, from the build-generated kernel_registry.inc: each is an
-// explicit specialization of fas_sm90::launch_ragged, launch_paged_ragged, launch_ragged_softcap or
-// launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
+// The SM90 kernels of this build, from the build-generated kernel_registry.inc (their
+// declarations and their list): each is an explicit specialization of fas_sm90::launch_ragged,
+// launch_paged_ragged, launch_ragged_softcap or launch_ragged_packed, defined in its own kernel TU
+// (kernels/sm90_*.cu).
 #include "core/status.h"
 #include "sm90/packed_args.h"
 #include "sm90/sm90.h"
 #include "sm90/tiles.h"
 
-#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)                                        \
-    namespace fas_sm90 {                                                                            \
-    template <>                                                                                     \
-    cudaError_t launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
-    }
-#define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal)                                           \
-    namespace fas_sm90 {                                                                       \
-    template <>                                                                                \
-    cudaError_t launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
-    }
-#define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal)                                               \
-    namespace fas_sm90 {                                                                             \
-    template <>                                                                                      \
-    cudaError_t launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
-    }
-#define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal)                                               \
-    namespace fas_sm90 {                                                                            \
-    template <>                                                                                     \
-    cudaError_t launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>(const RaggedArgs&, cudaStream_t); \
-    }
+// This build's SM90 kernels, declared as generated with their TUs (kernelgen.registry_text).
+#define FAS_DECLARE_SM90
 #include "kernel_registry.inc"
 
 namespace fas_sm90 {
