@@ -1,7 +1,8 @@
 // The decode kernel's stream shape (paged.h: kStream): a persistent CTA per SM whose producer warp
 // copies K and V with the TMA engine, one copy per segment of a box of cache rows (a page, or a
-// part of one), into a ring of stages, while consumer warps (4, or 8 over e4m3) run the math of the other
-// shapes (decode_math.cuh) on what has landed; they meet at mbarriers, `full` (a stage's bytes
+// part of one), into a ring of stages, while consumer warps (4; 8 over e4m3, or 4 per 16-row block
+// of the pair shape's 32-row tiles) run the math of the other shapes (decode_math.cuh) on what
+// has landed; they meet at mbarriers, `full` (a stage's bytes
 // have landed) and `empty` (each consumer warp is done with it).
 //
 // Why (docs/design/decode-roofline.md): decode moves bytes and does little else, and the other
