@@ -21,6 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .families import HOST
+from .predict import TUCost, cost_lines
+
 TIME_SUFFIX = ".time"
 
 
@@ -77,9 +80,11 @@ def phase_span(times) -> float:
     return max(t.ended for t in times) - min(t.started for t in times)
 
 
-def report(entry: str, planned: list[str], times: dict[str, TUTime], slots: int, since: float | None = None) -> str:
+def report(entry: str, planned: list[str], times: dict[str, TUTime], slots: int, since: float | None = None,
+           groups: dict[str, str] | None = None) -> str:
     """The lines the script prints for one entry: this call's compiles and compile phase, every
-    planned TU's time (longest first), and the lower bound over those timed."""
+    planned TU's time (longest first), the lower bound over those timed, and (given `groups`,
+    TU name -> family or host) the cost by family of those timed."""
     timed = [times[name] for name in planned if name in times]
     lines = [f"entry {entry}: {len(timed)} of {len(planned)} planned TUs have a compile time"]
     if since is not None:
@@ -95,6 +100,9 @@ def report(entry: str, planned: list[str], times: dict[str, TUTime], slots: int,
                      f"lower bound on {slots} slots: max({sum(walls):.0f} / {slots}, {longest.wall_s:.0f}) = "
                      f"{lower_bound(walls, slots):.0f} s" + ("" if len(timed) == len(planned) else
                                                              " (not every TU timed yet: a partial bound)"))
+    if groups and timed:
+        lines += cost_lines("cost by family (the TUs timed)",
+                            [TUCost(groups[t.name], t.wall_s, t.peak_kb * 1024, True) for t in timed])
     return "\n".join(lines)
 
 
@@ -117,9 +125,9 @@ def main(argv=None) -> None:
         folders = sorted((args.repo / "build" / "logs").glob(pattern))
         if not folders:
             print(f"entry {pattern}: no build/logs folder yet")
-        planned = [tu.name for tu in (*entry_plan.kernels, *entry_plan.hosts)]
+        groups = {**{tu.name: tu.family for tu in entry_plan.kernels}, **{h.name: HOST for h in entry_plan.hosts}}
         for folder in folders:
-            print(report(folder.name, planned, read_times(folder), args.slots, args.since))
+            print(report(folder.name, list(groups), read_times(folder), args.slots, args.since, groups))
 
 
 if __name__ == "__main__":

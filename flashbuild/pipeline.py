@@ -23,6 +23,7 @@ from .container import ToolchainContainer, docker_client
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem
 from .manifest import entry_manifest, expectation, with_report
+from .families import HOST
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
 from .build_plan import BuildPlan, make_plan
@@ -166,6 +167,13 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, runs_on: backends.Back
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
+            groups = {**{tu.name: tu.family for tu in entry_plan.kernels}, **{h.name: HOST for h in entry_plan.hosts}}
+            compiled = [predict.TUCost(groups[r.name], r.wall_s, (r.peak_rss_kb or 0) * 1024, True)
+                        for r in results if not r.cached and r.wall_s is not None and r.name in groups]
+            if compiled:
+                for line in predict.cost_lines(f"entry {entry_plan.name}: cost by family of this build's compiles "
+                                               "(cached objects cost nothing)", compiled):
+                    log(line.strip())
             if route:
                 for line in sccache.stats_lines(container, compiler.route):
                     log(line)

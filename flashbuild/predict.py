@@ -114,21 +114,36 @@ def entry_jobs(entry_plan, stats: dict, reference: dict[str, float] | None = Non
     return jobs, len(recorded)
 
 
+@dataclass(frozen=True)
+class TUCost:
+    group: str  # family name, or HOST
+    seconds: float
+    peak_bytes: int
+    timed: bool  # seconds measured (not predicted)
+
+
+def cost_lines(heading: str, costs: list[TUCost]) -> list[str]:
+    """A cost table by family (the most CPU-seconds first): TUs, CPU-seconds, how many of them
+    were timed, peak GiB. The dry run and the build report print it."""
+    rows: dict[str, list[TUCost]] = {}
+    for cost in costs:
+        rows.setdefault(cost.group, []).append(cost)
+    lines = [f"  {heading}:"]
+    for group, members in sorted(rows.items(), key=lambda item: (-sum(c.seconds for c in item[1]), item[0])):
+        lines.append(f"    {group:<24} {len(members):>3} TU(s), {sum(c.seconds for c in members):>7.0f} CPU-s "
+                     f"({sum(c.timed for c in members)} timed), peak {max(c.peak_bytes for c in members) / GIB:.1f} GiB")
+    return lines
+
+
 def family_costs(entry_plan, stats: dict, reference: dict[str, float] | None = None) -> list[str]:
     """The dry run's cost table: per family (and host code), its TUs, CPU-seconds (this
     machine's records where it has them, else as entry_jobs predicts) and peak GiB."""
     jobs, _ = entry_jobs(entry_plan, stats, reference)
     recorded = _recorded(entry_plan, stats)
     groups = dict(_tus(entry_plan))
-    rows: dict[str, list[SimJob]] = {}
-    for job in jobs:
-        rows.setdefault(groups[job.name], []).append(job)
-    lines = ["  cost by family (CPU-seconds: recorded here, or predicted; peak: recorded, or the matrix's estimate):"]
-    for group, members in sorted(rows.items(), key=lambda item: -sum(j.seconds for j in item[1])):
-        timed = sum(1 for j in members if j.name in recorded)
-        lines.append(f"    {group:<24} {len(members):>3} TU(s), {sum(j.seconds for j in members):>7.0f} CPU-s "
-                     f"({timed} timed here), peak {max(j.estimate_bytes for j in members) / GIB:.1f} GiB")
-    return lines
+    return cost_lines("cost by family (CPU-seconds: recorded here, or predicted; peak: recorded, or the matrix's "
+                      "estimate)", [TUCost(groups[j.name], j.seconds, j.estimate_bytes, j.name in recorded)
+                                    for j in jobs])
 
 
 def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] | None = None) -> list[str]:

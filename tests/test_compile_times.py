@@ -56,3 +56,13 @@ def test_an_unknown_matrix_is_a_clear_error_not_a_traceback():
     assert done.returncode == ConfigError.exit_code
     assert "unknown matrix 'nosuch'" in done.stderr and "fix:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_report_costs_each_family_of_the_tus_timed():
+    times = {"fa1": TUTime("fa1", 100.0, 4 * 1024**2, 500.0), "fa2": TUTime("fa2", 60.0, 3 * 1024**2, 600.0),
+             "pd": TUTime("pd", 5.0, 1024**2 // 2, 610.0), "h": TUTime("h", 1.0, 1024**2 // 4, 620.0)}
+    groups = {"fa1": "fa2_fwd", "fa2": "fa2_fwd", "pd": "paged_decode", "h": "host", "untimed": "sm90_prefill"}
+    lines = report("full-host-cuda13.0-sm90a", list(groups), times, slots=2, groups=groups).splitlines()
+    table = lines[lines.index("  cost by family (the TUs timed):") + 1:]
+    assert [line.split()[0] for line in table] == ["fa2_fwd", "paged_decode", "host"]
+    assert table[0].split(None, 1)[1] == "2 TU(s),     160 CPU-s (2 timed), peak 4.0 GiB"

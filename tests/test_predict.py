@@ -108,7 +108,7 @@ def test_the_dry_run_says_how_sure_it_is_and_costs_each_family():
     assert "(2.00-4.00)" in quartiles and "5.4 min to 8.8 min" in quartiles
     costs = lines[lines.index(next(line for line in lines if line.startswith("  cost by family"))) + 1:]
     assert [line.split()[0] for line in costs] == ["new", "fam", "host"]
-    assert "4 TU(s),     100 CPU-s (4 timed here), peak 0.0 GiB" in costs[1]
+    assert "4 TU(s),     100 CPU-s (4 timed), peak 0.0 GiB" in costs[1]
 
 
 def test_with_only_host_code_timed_the_reference_times_stay_unscaled():
