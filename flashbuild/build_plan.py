@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import CompileError
-from .families import CODE_PATHS, FAMILIES, Family, Upstream, module_anchor
+from .families import CODE_PATHS, FAMILIES, HOST, Family, Upstream, module_anchor
 
 if TYPE_CHECKING:  # annotations only: bench/tune_tiles.py uses KernelTU without the YAML stack
     from .options import Entry, Matrix
@@ -111,6 +111,12 @@ class EntryPlan:
     @property
     def tu_count(self) -> int:
         return len(self.kernels) + len(self.hosts)
+
+
+def tu_groups(entry_plan) -> dict[str, str]:
+    """Every TU of an entry plan by name, in build order, with its group: the family of a kernel
+    TU, HOST for host code (the key of memory and compile-time estimates, and of cost tables)."""
+    return {**{tu.name: tu.family for tu in entry_plan.kernels}, **{h.name: HOST for h in entry_plan.hosts}}
 
 
 @dataclass(frozen=True)

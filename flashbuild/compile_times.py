@@ -21,7 +21,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .families import HOST
 from .predict import TUCost, cost_lines
 
 TIME_SUFFIX = ".time"
@@ -109,7 +108,7 @@ def report(entry: str, planned: list[str], times: dict[str, TUTime], slots: int,
 def main(argv=None) -> None:
     from .host_toolchain import host_entry_name
     from .options import load_config
-    from .build_plan import make_plan
+    from .build_plan import make_plan, tu_groups
 
     parser = argparse.ArgumentParser(description="per-TU compile times and the compile phase's lower bound")
     parser.add_argument("--matrix", required=True)
@@ -125,7 +124,7 @@ def main(argv=None) -> None:
         folders = sorted((args.repo / "build" / "logs").glob(pattern))
         if not folders:
             print(f"entry {pattern}: no build/logs folder yet")
-        groups = {**{tu.name: tu.family for tu in entry_plan.kernels}, **{h.name: HOST for h in entry_plan.hosts}}
+        groups = tu_groups(entry_plan)
         for folder in folders:
             print(report(folder.name, list(groups), read_times(folder), args.slots, args.since, groups))
 

@@ -3,10 +3,10 @@
 A family is one templated kernel entry point, compiled once per (head dim, dtype, causal)
 into its own TU. (A kernel family, as matrix.yaml lists them: sm90_prefill, paged_decode, ...;
 the C API's fas_family, FA2 / SM90 / PAGED / MIXED, names the kind of plan, and several kernel
-families serve one: the record's `api_path`.) Its record names the pinned upstream it compiles against (include roles
-and defines), the code path of the C API that serves it, the head dims and dtypes it exists
-for, the text of its generated source, its line in the registry the C API includes, and the
-demangled symbol `nm -C` must show. Nothing else in the driver branches on a family's name:
+families serve one: the record's `api_path`.) Its record names the pinned upstream it compiles
+against (include roles and defines), the code path of the C API that serves it, the head dims
+and dtypes it exists for, the text of its generated source, its line and its declaration in the
+registry the C API includes, and the demangled symbol `nm -C` must show. Nothing else in the driver branches on a family's name:
 adding a family is adding a record to FAMILIES (plus its launcher and registry consumer in
 src/). Its memory estimate is the matrix's (matrix.yaml `memory_estimates_gb`, by family
 name), where the measurements it comes from are cited.

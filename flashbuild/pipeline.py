@@ -23,10 +23,9 @@ from .container import ToolchainContainer, docker_client
 from .build_time import build_time
 from .errors import ConfigError, EnvironmentProblem
 from .manifest import entry_manifest, expectation, with_report
-from .families import HOST
 from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
 from .options import ImageSpec, load_config
-from .build_plan import BuildPlan, make_plan
+from .build_plan import BuildPlan, make_plan, tu_groups
 from .progress import compile_progress
 from .jobs import Budget, make_budget, max_concurrency
 
@@ -167,9 +166,9 @@ def _build(paths: Paths, config, plan: BuildPlan, budget, runs_on: backends.Back
             compiler.container = container
             with compile_progress(entry_plan.name, entry_plan.tu_count) as events:
                 results = compiler.compile_all(budget, events)
-            groups = {**{tu.name: tu.family for tu in entry_plan.kernels}, **{h.name: HOST for h in entry_plan.hosts}}
+            groups = tu_groups(entry_plan)
             compiled = [predict.TUCost(groups[r.name], r.wall_s, (r.peak_rss_kb or 0) * 1024, True)
-                        for r in results if not r.cached and r.wall_s is not None and r.name in groups]
+                        for r in results if not r.cached and r.wall_s is not None]
             if compiled:
                 for line in predict.cost_lines(f"entry {entry_plan.name}: cost by family of this build's compiles "
                                                "(cached objects cost nothing)", compiled):

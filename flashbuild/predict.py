@@ -19,6 +19,7 @@ import heapq
 import statistics
 from dataclasses import dataclass
 
+from .build_plan import tu_groups
 from .families import HOST
 from .memory import GIB, estimate, peaks_of, stats_key
 from .jobs import Budget, admissible
@@ -65,24 +66,32 @@ def simulate(jobs: list[SimJob], servers: list[Server]) -> float:
     return end
 
 
-def _tus(entry_plan) -> list[tuple[str, str]]:
-    """(name, group) of every TU of the entry: kernel TUs by family, host TUs as HOST."""
-    return [(tu.name, tu.family) for tu in entry_plan.kernels] + [(h.name, HOST) for h in entry_plan.hosts]
+@dataclass(frozen=True)
+class Timings:
+    """What the records say of one entry, read once: each TU's group (build_plan.tu_groups), the
+    recorded wall times, and this machine's speed ratios against the matrix's reference machine
+    (recorded / reference time of every timed kernel TU whose family has a reference time,
+    sorted; host TUs do not count: they take a second or two, mostly process start)."""
 
+    groups: dict[str, str]
+    recorded: dict[str, float]
+    ratios: list[float]
 
-def _recorded(entry_plan, stats: dict) -> dict[str, float]:
-    entry = entry_plan.entry
-    return {name: stats[stats_key(entry, name)]["wall_s"] for name, _ in _tus(entry_plan)
-            if stats.get(stats_key(entry, name), {}).get("wall_s") is not None}
+    @classmethod
+    def of(cls, entry_plan, stats: dict, reference: dict[str, float]) -> Timings:
+        groups = tu_groups(entry_plan)
+        recorded = {name: stats[stats_key(entry_plan.entry, name)]["wall_s"] for name in groups
+                    if stats.get(stats_key(entry_plan.entry, name), {}).get("wall_s") is not None}
+        ratios = sorted(seconds / reference[groups[name]] for name, seconds in recorded.items()
+                        if groups[name] != HOST and reference.get(groups[name], 0) > 0)
+        return cls(groups, recorded, ratios)
 
+    @property
+    def scale(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else 1.0
 
-def speed_ratios(entry_plan, stats: dict, reference: dict[str, float]) -> list[float]:
-    """This machine against the matrix's reference machine: recorded / reference time of every
-    timed kernel TU whose family has a reference time (sorted). Host TUs do not count: they
-    take a second or two, mostly process start, and say little about compiling kernels."""
-    groups = dict(_tus(entry_plan))
-    return sorted(seconds / reference[groups[name]] for name, seconds in _recorded(entry_plan, stats).items()
-                  if groups[name] != HOST and reference.get(groups[name], 0) > 0)
+    def untimed_groups(self) -> set[str]:
+        return set(self.groups.values()) - {self.groups[name] for name in self.recorded}
 
 
 def entry_jobs(entry_plan, stats: dict, reference: dict[str, float] | None = None,
@@ -90,27 +99,28 @@ def entry_jobs(entry_plan, stats: dict, reference: dict[str, float] | None = Non
     """The entry's TUs with their recorded wall times and memory estimates. A TU without a
     recorded time counts as the median recorded time of its group (family or host) in this
     entry; a group none of whose TUs was timed here, as its reference time (matrix.yaml's
-    compile_time_estimates_s) x `scale` (default: the median of speed_ratios, 1 without any),
-    else as the median of all recorded TUs. Returns the jobs and how many had their own time."""
-    entry = entry_plan.entry
-    peaks = peaks_of(stats)
+    compile_time_estimates_s) x `scale` (default: the median speed ratio, 1 without any), else
+    as the median of all recorded TUs. Returns the jobs and how many had their own time."""
     reference = reference or {}
-    recorded = _recorded(entry_plan, stats)
-    if scale is None:
-        ratios = speed_ratios(entry_plan, stats, reference)
-        scale = statistics.median(ratios) if ratios else 1.0
+    return _jobs(entry_plan, stats, reference, Timings.of(entry_plan, stats, reference), scale)
+
+
+def _jobs(entry_plan, stats: dict, reference: dict[str, float], timings: Timings,
+          scale: float | None = None) -> tuple[list[SimJob], int]:
+    peaks = peaks_of(stats)
+    recorded = timings.recorded
+    scale = timings.scale if scale is None else scale
     by_group: dict[str, list[float]] = {}
-    for name, group in _tus(entry_plan):
-        if name in recorded:
-            by_group.setdefault(group, []).append(recorded[name])
+    for name, seconds in recorded.items():
+        by_group.setdefault(timings.groups[name], []).append(seconds)
     fallback = statistics.median(recorded.values()) if recorded else 0.0
     jobs = []
-    for name, group in _tus(entry_plan):
+    for name, group in timings.groups.items():
         seconds = recorded.get(name)
         if seconds is None:
             seconds = (statistics.median(by_group[group]) if group in by_group
                        else reference[group] * scale if group in reference else fallback)
-        jobs.append(SimJob(name, seconds, estimate(entry, name, group, peaks)[0]))
+        jobs.append(SimJob(name, seconds, estimate(entry_plan.entry, name, group, peaks)[0]))
     return jobs, len(recorded)
 
 
@@ -135,29 +145,19 @@ def cost_lines(heading: str, costs: list[TUCost]) -> list[str]:
     return lines
 
 
-def family_costs(entry_plan, stats: dict, reference: dict[str, float] | None = None) -> list[str]:
-    """The dry run's cost table: per family (and host code), its TUs, CPU-seconds (this
-    machine's records where it has them, else as entry_jobs predicts) and peak GiB."""
-    jobs, _ = entry_jobs(entry_plan, stats, reference)
-    recorded = _recorded(entry_plan, stats)
-    groups = dict(_tus(entry_plan))
-    return cost_lines("cost by family (CPU-seconds: recorded here, or predicted; peak: recorded, or the matrix's "
-                      "estimate)", [TUCost(groups[j.name], j.seconds, j.estimate_bytes, j.name in recorded)
-                                    for j in jobs])
-
-
 def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] | None = None) -> list[str]:
     """The dry run's lines for one entry: the compile phase here and on servers, how sure that
-    is, and the cost by family."""
+    is, and the cost by family (CPU-seconds as recorded here, or as predicted)."""
     reference = reference or {}
-    jobs, timed = entry_jobs(entry_plan, stats, reference)
+    timings = Timings.of(entry_plan, stats, reference)
+    jobs, timed = _jobs(entry_plan, stats, reference, timings)
     if timed == 0 and not reference:
         return ["  predicted compile phase: no recorded TU times yet (build once; the next --dry-run predicts)"]
     machine = [Server(here.cpu_slots, here.memory_bytes)]
     bound = max(sum(j.seconds for j in jobs) / here.cpu_slots, max(j.seconds for j in jobs))
-    ratios = speed_ratios(entry_plan, stats, reference)
-    groups_timed = {group for name, group in _tus(entry_plan) if name in _recorded(entry_plan, stats)}
-    scaled = sum(1 for _, group in _tus(entry_plan) if group not in groups_timed and group in reference)
+    ratios = timings.ratios
+    untimed = timings.untimed_groups()
+    scaled = sum(1 for group in timings.groups.values() if group in untimed and group in reference)
     if timed == 0:
         how = ("no TU timed here yet: every TU at its family's reference time (matrix.yaml "
                "compile_time_estimates_s), unscaled")
@@ -165,8 +165,7 @@ def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] 
         how = f"{timed} of {len(jobs)} TUs timed by earlier builds, the rest at their family's median here"
         if scaled and ratios:
             how += (f"; {scaled} TU(s) of families not compiled here at their reference time x "
-                    f"{statistics.median(ratios):.2f} (this machine's median speed ratio over {len(ratios)} timed "
-                    "kernel TUs)")
+                    f"{timings.scale:.2f} (this machine's median speed ratio over {len(ratios)} timed kernel TUs)")
         elif scaled:
             how += f"; {scaled} TU(s) of families not compiled here at their reference time (no kernel TU timed here)"
     lines = [f"  predicted compile phase ({how}; link, verify and export not included):",
@@ -174,15 +173,17 @@ def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] 
              f"{_duration(simulate(jobs, machine))} "
              f"(lower bound, max(TU time / slots, longest TU): {_duration(bound)})"]
     if scaled and len(ratios) >= 4:  # how sure: the same with the ratio's quartiles
-        low, high = (entry_jobs(entry_plan, stats, reference, scale=q)[0]
-                     for q in (ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]))
-        lines.append(f"    with the ratio's quartiles ({ratios[len(ratios) // 4]:.2f}-{ratios[(3 * len(ratios)) // 4]:.2f}): "
-                     f"{_duration(simulate(low, machine))} to {_duration(simulate(high, machine))}")
+        low, high = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+        low_jobs, high_jobs = (_jobs(entry_plan, stats, reference, timings, scale=q)[0] for q in (low, high))
+        lines.append(f"    with the ratio's quartiles ({low:.2f}-{high:.2f}): "
+                     f"{_duration(simulate(low_jobs, machine))} to {_duration(simulate(high_jobs, machine))}")
     for count in SERVER_COUNTS:
         servers = [Server(SERVER_CORES, SERVER_GIB * GIB)] * count
         lines.append(f"    {count:>2} server(s) of {SERVER_CORES} cores and {SERVER_GIB} GiB: "
                      f"{_duration(simulate(jobs, servers))}")
-    return lines + family_costs(entry_plan, stats, reference)
+    return lines + cost_lines(
+        "cost by family (CPU-seconds: recorded here, or predicted; peak: recorded, or the matrix's estimate)",
+        [TUCost(timings.groups[j.name], j.seconds, j.estimate_bytes, j.name in timings.recorded) for j in jobs])
 
 
 def _duration(seconds: float) -> str:

@@ -210,9 +210,10 @@ def beside_files(*, matrix: str, entry, manifest: dict, repo: Path, git: dict, c
     (and of the verifier), and its signature when sign_key names a key."""
     image = image_record(manifest.get("toolchain", {}), repo)
     checker = verifier.zipapp()
+    checker_sha256 = hashlib.sha256(checker).hexdigest()
 
     def make(tarball_name: str, tarball_sha256: str) -> dict[str, bytes]:
-        also = {f"{tarball_name}{verifier.SUFFIX}": hashlib.sha256(checker).hexdigest()}
+        also = {f"{tarball_name}{verifier.SUFFIX}": checker_sha256}
         document = render(statement(tarball_name, tarball_sha256, matrix=matrix, entry=entry, manifest=manifest,
                                     image=image, git=git, command=command, build_time=build_time, also=also))
         files = {verifier.SUFFIX: checker, SUFFIX: document}
