@@ -131,9 +131,9 @@ fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int ma
         fas_paged::choose_kernel(dtype, dtype, head_dim, causal != 0, max_query_len, group,
                                  fas_paged::pair_tiles(device, /*contiguous=*/true, 0), &why);
     if (kernel == nullptr) return fail(FAS_ERROR_NOT_BUILT, why);
-    // The 16-row kernel takes more rows than that only in 32-row tiles (fas_paged::choose_kernel).
-    const bool paired = kernel->tile_q == 16 && static_cast<int64_t>(max_query_len) * group > 16;
-    if (query_tile_rows != nullptr) *query_tile_rows = paired ? fas_paged::kPairTileRows : kernel->tile_q;
+    if (query_tile_rows != nullptr) {
+        *query_tile_rows = fas_paged::planned_tile_rows(*kernel, static_cast<int64_t>(max_query_len) * group);
+    }
     return FAS_SUCCESS;
 }
 

@@ -329,7 +329,7 @@ cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
         error = with_shape<Dtype, KvDtype, HeadDim, Causal, true>(a.shape, launch);
     }
     if (error != cudaSuccess || !a.split) return error;
-    return launch_merge<float, typename Element<Dtype>::type, HeadDim>(a, stream);
+    return launch_merge<typename Element<Dtype>::type, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

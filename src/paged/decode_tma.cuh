@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     constexpr int kQkUnroll = RowBlocks == 1 ? HeadDim / 16 : 2;
     const int block = RowBlocks == 1 ? 0 : warp / S::kKeySlices;  // this warp's 16-row block of the query tile
     const int key0 = (warp % S::kKeySlices) * S::kWarpKeys;        // and its keys of each stage
+    const int block_tid = tid - block * 32 * S::kKeySlices;         // among the block's warps
     const auto offset = [](int row, int chunk) { return stream_offset<S::kRowBytes, S::kKeys>(row, chunk); };
     const auto q_offset = [](int row, int chunk) {  // the Q tile: 16-bit rows, chunks XOR the row's low bits
         return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
@@ -328,13 +329,13 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             sync();  // every warp is done with the last stage: its slot becomes the scratch
             finish_tile<T, KV, HeadDim, S::kKeySlices>(st, state + block * S::kKeySlices * 16 * 2,
                                                        scratch + block * S::kKeySlices * 16 * HeadDim, a, tile, v_scale,
-                                                       tid - block * 32 * S::kKeySlices, sync);
+                                                       block_tid, sync);
             sync();  // every warp has read the scratch
             tma::fence_async();
             __syncwarp();
             if (lane == 0) tma::arrive(&empty[slot]);
         } else {  // no keys (and no landed stage to borrow as scratch)
-            finish_empty_tile<T, HeadDim>(a, tile, tid - block * 32 * S::kKeySlices, 32 * S::kKeySlices);
+            finish_empty_tile<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile
         }
     }

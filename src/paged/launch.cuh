@@ -125,7 +125,7 @@ cudaError_t run(const LaunchArgs& a, cudaStream_t stream) {
     if (!a.split) return launch_attention<Dtype, KvDtype, HeadDim, Causal, TileQ, T>(a, stream);
     const cudaError_t error = launch_attention<Dtype, KvDtype, HeadDim, Causal, TileQ, float>(a, stream);
     if (error != cudaSuccess) return error;
-    return launch_merge<float, T, HeadDim>(a, stream);
+    return launch_merge<T, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

@@ -48,9 +48,10 @@ cudaError_t launch_overlapped(Kernel kernel, dim3 grid, dim3 block, size_t smem_
     return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-// TIn: the partial rows' element type (fp32 from both paged kernels); TOut: the output's.
-template <typename TIn, typename TOut, int HeadDim>
+// The partial rows are fp32 (both paged kernels write them so: launch.cuh); TOut: the output's.
+template <typename TOut, int HeadDim>
 struct MergeTraits {
+    using TIn = float;
     static constexpr uint32_t kVec = (16 / sizeof(TIn)) > (HeadDim / 32) ? (16 / sizeof(TIn)) : (HeadDim / 32);
     static constexpr uint32_t kBdx = HeadDim / kVec;
     static constexpr uint32_t kBdy = 128 / kBdx;
@@ -62,16 +63,16 @@ struct MergeTraits {
 };
 
 // Folds each output row's chunks (a.tmp_v / a.tmp_s at a.merge_indptr) into a.out and a.lse.
-template <typename TIn, typename TOut, int HeadDim>
+template <typename TOut, int HeadDim>
 cudaError_t launch_merge(const LaunchArgs& a, cudaStream_t stream) {
-    using Traits = MergeTraits<TIn, TOut, HeadDim>;
+    using Traits = MergeTraits<TOut, HeadDim>;
     // One CTA per (row, head) pair at most, a few per SM (the merge is persistent).
     const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
     const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 4LL * a.sm_count));
     const int64_t out_offset = static_cast<int64_t>(a.first_row) * a.num_heads_q;
     const cudaError_t error = launch_overlapped(
         Traits::kernel, dim3(static_cast<unsigned>(ctas)), dim3(Traits::kBdx, Traits::kBdy), Traits::kSmem, stream,
-        static_cast<TIn*>(a.tmp_v), a.tmp_s, const_cast<int32_t*>(a.merge_indptr),
+        static_cast<float*>(a.tmp_v), a.tmp_s, const_cast<int32_t*>(a.merge_indptr),
         static_cast<TOut*>(a.out) + out_offset * HeadDim, a.lse == nullptr ? nullptr : a.lse + out_offset,
         static_cast<uint32_t>(a.merge_rows), static_cast<uint32_t*>(nullptr), static_cast<uint32_t>(a.num_heads_q));
     if (error != cudaSuccess) return error;

@@ -190,6 +190,15 @@ const Kernel& kernel(int index);
 // kPairTileRows rows where it has that shape. NULL with *why set when none is built.
 const Kernel* choose_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal, int max_query_len,
                             int group, bool pair_tiles, std::string* why);
+// The query tile rows a plan of `kernel` takes for sequences of up to packed_rows rows: 32 (the
+// pair shape) where the 16-row kernel has it and some sequence has more than 16 rows (choose_kernel
+// gives it such plans only where pair_tiles holds), else the kernel's. (A plan whose caches the
+// stream copies cannot address falls back to 16-row tiles: fas_plan_info says so.)
+inline int planned_tile_rows(const Kernel& kernel, int64_t packed_rows) {
+    const bool paired = kernel.tile_q == 16 && packed_rows > 16 &&
+                        has_pair_stream(kernel.head_dim, kernel.kv_dtype == FAS_DTYPE_E4M3);
+    return paired ? kPairTileRows : kernel.tile_q;
+}
 // Whether the pair shape may take a plan on this device (see choose_kernel): a stream card, and
 // caches whose pages the stream shape's copies take.
 inline bool pair_tiles(const fas::DeviceProps& device, bool contiguous, int page_size) {

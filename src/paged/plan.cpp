@@ -179,10 +179,9 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 #ifdef FAS_DEV_DECODE_SHAPE  // measuring builds only (bench/dev_library.py --define): 2 stream, else the others
     fast_card = FAS_DEV_DECODE_SHAPE == 2;
 #endif
-    // More than 16 packed rows in some sequence on the 16-row kernel (choose_kernel allows it
-    // only where pair_tiles holds): 32-row tiles in the pair shape (paged.h).
-    const bool pair = kernel->tile_q == 16 && pair_ctas > 0 &&
-                      int64_t{layout.max_seqlen_q} * (layout.num_heads_q / layout.num_heads_k) > 16;
+    // 32-row tiles in the pair shape where paged.h's planned_tile_rows says so.
+    const int64_t packed_rows = int64_t{layout.max_seqlen_q} * (layout.num_heads_q / layout.num_heads_k);
+    const bool pair = pair_ctas > 0 && planned_tile_rows(*kernel, packed_rows) == kPairTileRows;
     const bool stream = (fast_card || pair || streams_on_any_card(layout.head_dim, fp8_kv)) && stream_ctas > 0 &&
                         box_rows > 0 && stream_maps(layout, kernel, request, box_rows, &stream_args, &no_stream);
     // A stream shape where it can run and the card's memory outruns the other shapes, or the plan
