@@ -155,14 +155,9 @@ CaseOutcome run_append_attend(const AppendCase& c, fas_dtype dtype, uint64_t see
     upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
     upload(ids_dev.as<void>(), ids.data(), ids_dev.bytes());
     fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
-    fas_plan_run_args run;
-    fas_plan_run_args_init(&run);
-    run.q = q_dev.as<void>();
-    run.k = k_cache.as<void>();
-    run.v = v_cache.as<void>();
-    run.out = out_dev.as<void>();
+    fas_plan_run_args run =
+        plan_run_args(q_dev.as<void>(), k_cache.as<void>(), v_cache.as<void>(), out_dev.as<void>(), stream);
     run.page_indices = ids_dev.as<int32_t>();
-    run.stream = stream;
     const fas_status run_status = fas_plan_run(plan, &run);
     const std::string run_message = run_status == FAS_SUCCESS ? "" : fas_get_last_error();
     CUDA_CHECK(cudaStreamSynchronize(stream));

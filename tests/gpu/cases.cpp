@@ -171,14 +171,8 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
             return {false, "plan uses the wrong kernel head dim (expected " + std::to_string(c.expect_kernel_head_dim) +
                                ")" + plan_detail};
         }
-        fas_plan_run_args run_args;
-        fas_plan_run_args_init(&run_args);
-        run_args.q = args.q;
-        run_args.k = args.k;
-        run_args.v = args.v;
-        run_args.out = args.out;
+        fas_plan_run_args run_args = plan_run_args(args.q, args.k, args.v, args.out, stream);
         run_args.softmax_lse = args.softmax_lse;
-        run_args.stream = stream;
         if (c.fp8) {
             run_args.q_descale = q_descale_dev.as<float>();
             run_args.k_descale = k_descale_dev.as<float>();

@@ -56,13 +56,7 @@ CaseOutcome run_plan_churn_case(fas_dtype dtype, cudaStream_t first_stream, std:
         return fas_plan_create(&args, plan);
     };
     const auto run_plan = [&](const fas_plan* plan, void* out, cudaStream_t stream) {
-        fas_plan_run_args args;
-        fas_plan_run_args_init(&args);
-        args.q = q_dev.as<void>();
-        args.k = k_dev.as<void>();
-        args.v = v_dev.as<void>();
-        args.out = out;
-        args.stream = stream;
+        const fas_plan_run_args args = plan_run_args(q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out, stream);
         return fas_plan_run(plan, &args);
     };
     std::string failure;

@@ -119,6 +119,19 @@ inline fas_plan_args paged_plan_args(fas_dtype dtype, const int32_t* cu_seqlens_
     return args;
 }
 
+// A run's arguments: the tensors every run passes and its stream; the rest (LSE, page table,
+// descales) as fas_plan_run_args_init leaves it.
+inline fas_plan_run_args plan_run_args(const void* q, const void* k, const void* v, void* out, cudaStream_t stream) {
+    fas_plan_run_args args;
+    fas_plan_run_args_init(&args);
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.out = out;
+    args.stream = stream;
+    return args;
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the library and the device offer.
 

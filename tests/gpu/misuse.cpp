@@ -100,16 +100,13 @@ CaseOutcome run_plan_negative_case(int which, fas_dtype dtype, cudaStream_t stre
         plan_args.use_window = 1;
         plan_args.window_size_left = -2;
     }
-    fas_plan_run_args run_args;
-    fas_plan_run_args_init(&run_args);
-    run_args.q = which == 3 ? static_cast<const void*>(q_dev.as<char>() + 2) : q_dev.as<void>();
-    run_args.k = k_dev.as<void>();
-    run_args.v = v_dev.as<void>();
-    run_args.out = which == 5   ? q_dev.as<void>()
-                   : which == 6 ? v_dev.as<void>()
-                   : which == 7 ? static_cast<void*>(k_dev.as<char>() + kHeadsKv * kHeadDim * sizeof(uint16_t))
-                                : out_dev.as<void>();
-    run_args.stream = stream;
+    void* const out = which == 5   ? q_dev.as<void>()
+                      : which == 6 ? v_dev.as<void>()
+                      : which == 7 ? static_cast<void*>(k_dev.as<char>() + kHeadsKv * kHeadDim * sizeof(uint16_t))
+                                   : out_dev.as<void>();
+    fas_plan_run_args run_args =
+        plan_run_args(which == 3 ? static_cast<const void*>(q_dev.as<char>() + 2) : q_dev.as<void>(),
+                      k_dev.as<void>(), v_dev.as<void>(), out, stream);
     if (which == 4) run_args.struct_size = sizeof(size_t);
     fas_status status;
     fas_plan* plan = nullptr;
@@ -206,13 +203,7 @@ CaseOutcome run_shared_buffer_case(SharedLayout layout, bool use_plan, fas_dtype
         if (status != FAS_SUCCESS) {
             call = "fas_plan_create";
         } else {
-            fas_plan_run_args run_args;
-            fas_plan_run_args_init(&run_args);
-            run_args.q = q_ptr;
-            run_args.k = k_ptr;
-            run_args.v = v_ptr;
-            run_args.out = out_ptr;
-            run_args.stream = stream;
+            const fas_plan_run_args run_args = plan_run_args(q_ptr, k_ptr, v_ptr, out_ptr, stream);
             status = fas_plan_run(plan, &run_args);
             CUDA_CHECK(cudaStreamSynchronize(stream));
             fas_plan_info info;

@@ -174,15 +174,10 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                            ", tile " + std::to_string(queried_tile) + "):" + plan_detail};
     }
 
-    fas_plan_run_args run;
-    fas_plan_run_args_init(&run);
-    run.q = q_dev.as<void>();
-    run.k = k_dev.as<void>();
-    run.v = v_dev.as<void>();
-    run.out = out_dev.as<void>();
+    fas_plan_run_args run =
+        plan_run_args(q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(), stream);
     run.softmax_lse = lse_dev.as<float>();
     run.page_indices = ids_dev.as<int32_t>();
-    run.stream = stream;
     if (c.fp8_kv) {
         run.k_descale = descale_dev.as<float>();
         run.v_descale = descale_dev.as<float>() + c.heads_kv;

@@ -62,14 +62,10 @@ CaseOutcome run_paged_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
     if ((which >= 8 && which < kFirstFp8Misuse) || which >= kFp8RunMisuse) {
         if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
         upload(ids_dev.as<void>(), ids, sizeof ids);
-        fas_plan_run_args run;
-        fas_plan_run_args_init(&run);
-        run.q = q_dev.as<void>();
-        run.k = k_dev.as<void>();
-        run.v = v_dev.as<void>();
-        run.out = which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>();
+        fas_plan_run_args run =
+            plan_run_args(q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(),
+                          which == 9 ? static_cast<void*>(k_dev.as<char>() + 4096) : out_dev.as<void>(), stream);
         run.page_indices = which == 8 ? nullptr : ids_dev.as<int32_t>();
-        run.stream = stream;
         run.k_descale = which == 14 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
         run.v_descale = which == 15 ? nullptr : reinterpret_cast<const float*>(out_dev.as<char>() + 8192);
         if (which == 16) run.q_descale = reinterpret_cast<const float*>(out_dev.as<char>() + 8194);
