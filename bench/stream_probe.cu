@@ -3,6 +3,8 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o stream_probe bench/stream_probe.cu
 //   ./stream_probe            # prints a markdown table: card, ceilings, then each load path
+//   ./stream_probe pages      # only the paged study: the table's order, the page size, where
+//                             # the page ids are loaded, the decode kernel's 4D paged map
 //
 // Ceilings: a 2 GiB device-to-device copy (bytes read + written, as the copy counts them) and a
 // plain read kernel (16-byte loads, many warps, one word written per CTA). Load paths: the
@@ -66,6 +68,13 @@ __device__ __forceinline__ void tensor_2d(void* dst, const CUtensorMap* map, int
 __device__ __forceinline__ void prefetch_2d(const CUtensorMap* map, int x, int y) {
     asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(map), "r"(x), "r"(y) : "memory");
 }
+__device__ __forceinline__ void tensor_4d(void* dst, const CUtensorMap* map, int seg, int row, int page, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(
+            smem_u32(dst)),
+        "l"(map), "r"(smem_u32(bar)), "r"(0), "r"(seg), "r"(row), "r"(page)
+        : "memory");
+}
 // A 3D box (elements, rows, halves) at element 0 of row y, half z.
 __device__ __forceinline__ void tensor_3d(void* dst, const CUtensorMap* map, int y, int z, uint64_t* bar) {
     asm volatile(
@@ -101,7 +110,10 @@ __device__ __forceinline__ int64_t physical_row(const Work& w, int64_t key) {
 
 // cpasync: every thread, 16 bytes a copy. tensor: one copy per box of Box rows per 64-column half;
 // pair: one copy per box of Box rows for both halves (a 3D map: elements, rows, halves).
-enum Mode { kCpAsync, kTensor, kPair };
+// ahead: tensor, each box's page id loaded one stage ahead (the decode kernel's producer loads it
+// before waiting for the slot). paged4d: ahead, through the decode kernel's map of a paged cache
+// (segment elements, segments, rows of a page, pages).
+enum Mode { kCpAsync, kTensor, kPair, kAhead, kPaged4D };
 constexpr int kStageKeys = 128, kThreads = 128;
 
 // Prefetch > 0 (tensor): also prefetch to L2 the boxes of the stage Prefetch stages beyond the ring.
@@ -121,6 +133,13 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
         asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
+    // kAhead / kPaged4D: lane b's page id of box b of the next stage issued (-1: none).
+    int next_page = -1;
+    const auto page_of = [&](int it) {
+        const int64_t key = row0 + static_cast<int64_t>(it) * kStageKeys + tid * Box;
+        return it < iterations && tid < kStageKeys / Box ? (w.page == 0 ? 0 : w.pages[key / w.page]) : -1;
+    };
+    if (M == kAhead || M == kPaged4D) next_page = page_of(0);
     const auto issue = [&](int it) {
         if (it >= iterations) {
             if (M == kCpAsync) asm volatile("cp.async.commit_group;" ::: "memory");
@@ -138,6 +157,28 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
                 cp16(vt + dst, w.v + at);
             }
             asm volatile("cp.async.commit_group;" ::: "memory");
+        } else if (M == kAhead || M == kPaged4D) {
+            if (tid < 32) {
+                const int page = next_page;
+                next_page = page_of(it + 1);  // its latency hides behind this stage's wait
+                if (tid == 0) mbar_expect(&full[it % Stages], kStage);
+                __syncwarp();
+                if (tid < kStageKeys / Box) {
+                    const int64_t key = first + tid * Box;
+                    const int in_page = w.page == 0 ? 0 : static_cast<int>(key % w.page);
+                    for (int half = 0; half < 2; ++half) {
+                        const int at = half * kStageKeys * 128 + tid * Box * 128;
+                        if constexpr (M == kAhead) {
+                            const int y = w.page == 0 ? static_cast<int>(key) : page * w.page + in_page;
+                            tensor_2d(kt + at, &k_map, head * kDim + half * 64, y, &full[it % Stages]);
+                            tensor_2d(vt + at, &v_map, head * kDim + half * 64, y, &full[it % Stages]);
+                        } else {
+                            tensor_4d(kt + at, &k_map, head * 2 + half, in_page, page, &full[it % Stages]);
+                            tensor_4d(vt + at, &v_map, head * 2 + half, in_page, page, &full[it % Stages]);
+                        }
+                    }
+                }
+            }
         } else if (tid < 32) {
             if (tid == 0) mbar_expect(&full[it % Stages], kStage);
             __syncwarp();
@@ -215,6 +256,27 @@ CUtensorMap make_map(EncodeFn encode, const void* base, int64_t rows, int heads,
     return map;
 }
 
+// The decode kernel's map of a paged cache: (64 segment elements, segments, rows of a page, pages),
+// boxes of 64 x 1 x box_rows x 1.
+CUtensorMap make_paged_map(EncodeFn encode, const void* base, int64_t rows, int heads, int page, int box_rows,
+                           CUtensorMapL2promotion promotion) {
+    CUtensorMap map{};
+    const cuuint64_t row_bytes = static_cast<cuuint64_t>(heads) * kRowBytes;
+    const cuuint64_t dims[4] = {64, static_cast<cuuint64_t>(heads) * 2, static_cast<cuuint64_t>(page),
+                                static_cast<cuuint64_t>(rows / page)};
+    const cuuint64_t strides[3] = {128, row_bytes, row_bytes * page};
+    const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_rows), 1};
+    const cuuint32_t elem[4] = {1, 1, 1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                              elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled (4D) failed (%d)\n", static_cast<int>(r));
+        std::exit(1);
+    }
+    return map;
+}
+
 template <typename Launch>
 float time_ms(Launch&& launch, int repeats = 20) {
     cudaEvent_t a, b;
@@ -245,10 +307,14 @@ struct Probe {
     int64_t bytes_per_cache;  // per K or V buffer
 };
 
+// How a paged cache's page table orders the physical pages: shuffled over the whole cache, in
+// order (paged indexing over contiguous rows), or shuffled only within each 2 MiB of the cache.
+enum Table { kShuffled, kInOrder, kShuffled2MiB };
+
 // One CTA per SM (KV heads x chunks), 128 threads, stages of 128 keys.
 template <Mode M, int Box, int Stages, int Prefetch = 0>
 void run_path(const Probe& p, const char* name, int heads, int page,
-              CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+              CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B, Table table = kShuffled) {
     constexpr int kSmem = Stages * 2 * kStageKeys * kRowBytes;
     auto kernel = stream<M, Box, Stages, Prefetch>;
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -260,26 +326,35 @@ void run_path(const Probe& p, const char* name, int heads, int page,
         std::vector<int> order(rows / page);
         for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
         std::mt19937 rng(7);
-        std::shuffle(order.begin(), order.end(), rng);
+        const size_t group = table == kShuffled2MiB ? (size_t{2} << 20) / (static_cast<size_t>(page) * heads * kRowBytes)
+                                                    : order.size();
+        for (size_t at = 0; table != kInOrder && at < order.size(); at += group) {
+            std::shuffle(order.begin() + at, order.begin() + std::min(order.size(), at + group), rng);
+        }
         CHECK(cudaMalloc(&pages, order.size() * sizeof(int)));
         CHECK(cudaMemcpy(pages, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice));
     }
     Work w{p.k, p.v, heads, chunk_keys, page, pages, p.sink};
     CUtensorMap km{}, vm{};
-    if (M != kCpAsync) {
+    if (M == kPaged4D) {
+        km = make_paged_map(p.encode, p.k, rows, heads, page == 0 ? Box : page, Box, promotion);
+        vm = make_paged_map(p.encode, p.v, rows, heads, page == 0 ? Box : page, Box, promotion);
+    } else if (M != kCpAsync) {
         km = make_map(p.encode, p.k, rows, heads, Box, M == kPair, promotion);
         vm = make_map(p.encode, p.v, rows, heads, Box, M == kPair, promotion);
     }
     const int grid = heads * chunks;
     const double moved = 2.0 * grid * chunk_keys * kRowBytes;  // K and V bytes read
     const float ms = time_ms([&] { kernel<<<grid, kThreads, kSmem>>>(w, km, vm); });
+    static const char* const kTables[] = {"shuffled pages of ", "pages in order of ", "pages shuffled within 2 MiB of "};
     std::printf("| %s | %d | %s | %d rows | %d x %d KiB | %.2f TB/s |\n", name, heads,
-                page ? ("shuffled pages of " + std::to_string(page)).c_str() : "contiguous", Box, Stages,
+                page ? (kTables[table] + std::to_string(page)).c_str() : "contiguous", Box, Stages,
                 2 * kStageKeys * kRowBytes / 1024, moved / (ms * 1e-3) / 1e12);
     if (pages != nullptr) CHECK(cudaFree(pages));
 }
 
-int main() {
+int main(int argc, char** argv) {
+    const bool pages_only = argc > 1 && std::string(argv[1]) == "pages";  // only the page-table study
     cudaDeviceProp prop{};
     CHECK(cudaGetDeviceProperties(&prop, 0));
     Probe p{};
@@ -311,6 +386,20 @@ int main() {
     std::printf("| path | KV heads | cache | rows per copy | stages | K+V read |\n");
     std::printf("| --- | --- | --- | --- | --- | --- |\n");
     const auto l2_128 = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    if (pages_only) {  // where shuffled pages lose against contiguous rows: the lookup, the map, the order
+        for (int heads : {1, 2, 8}) {
+            run_path<kTensor, 16, 3>(p, "tensor, 128B", heads, 0, l2_128);
+            run_path<kAhead, 16, 3>(p, "tensor, 128B, page ids a stage ahead", heads, 0, l2_128);
+            for (int page : {16, 32}) {
+                for (Table table : {kShuffled, kInOrder}) {
+                    run_path<kTensor, 16, 3>(p, "tensor, 128B", heads, page, l2_128, table);
+                    run_path<kAhead, 16, 3>(p, "tensor, 128B, page ids a stage ahead", heads, page, l2_128, table);
+                    run_path<kPaged4D, 16, 3>(p, "paged 4D map, 128B, page ids a stage ahead", heads, page, l2_128, table);
+                }
+            }
+        }
+        return 0;
+    }
     for (int heads : {2, 8}) {
         for (int page : {0, 16}) {
             run_path<kCpAsync, 128, 3>(p, "cpasync", heads, page);
