@@ -5,7 +5,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from flashbuild.memory import RESERVE_GB
+from flashbuild.config.memory import RESERVE_GB
 
 REPO = Path(__file__).resolve().parent
 
@@ -15,8 +15,8 @@ def reports_errors(function):
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        from flashbuild.errors import FlashBuildError
-        from flashbuild.interrupts import handled
+        from flashbuild.core.errors import FlashBuildError
+        from flashbuild.core.interrupts import handled
 
         try:
             with handled():  # SIGINT/SIGTERM/SIGHUP: clean up, then exit 130/143/129
@@ -33,7 +33,7 @@ def reports_errors(function):
 
 
 def _local_files(values):
-    from flashbuild.errors import ConfigError
+    from flashbuild.core.errors import ConfigError
 
     files = {}
     for value in values or []:
@@ -46,7 +46,7 @@ def _local_files(values):
 
 def _jobs(value) -> int | None:
     """--jobs: a whole number of TUs at once, at least 1 (absent: the CPU count)."""
-    from flashbuild.errors import ConfigError
+    from flashbuild.core.errors import ConfigError
 
     if value is None:
         return None
@@ -64,7 +64,7 @@ def _reserve_gb(value) -> float:
     """--reserve-gb: GiB kept free, a finite number of at least 0 (absent: RESERVE_GB)."""
     import math
 
-    from flashbuild.errors import ConfigError
+    from flashbuild.core.errors import ConfigError
 
     if value is None:
         return RESERVE_GB

@@ -25,8 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the pipeline's kernel records and registry generator (stdlib only)
-from flashbuild.kernelgen import registry_text  # noqa: E402
-from flashbuild.build_plan import KernelTU  # noqa: E402
+from flashbuild.compile.kernelgen import registry_text  # noqa: E402
+from flashbuild.config.build_plan import KernelTU  # noqa: E402
 
 FLASHINFER = REPO / "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = REPO / "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
@@ -44,7 +44,7 @@ OWN = [f"-I{REPO}/src/include", f"-I{REPO}/src"]
 
 def kernel_tu(name: str) -> KernelTU:
     """The KernelTU whose generated source is kernels/NAME.cu."""
-    from flashbuild.families import FAMILIES
+    from flashbuild.config.families import FAMILIES
     for family in sorted(FAMILIES, key=len, reverse=True):
         if not name.startswith(family + "_hdim"):
             continue

@@ -33,8 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the pipeline's kernel records and registry generator (stdlib only)
-from flashbuild.kernelgen import registry_text  # noqa: E402
-from flashbuild.build_plan import KernelTU  # noqa: E402
+from flashbuild.compile.kernelgen import registry_text  # noqa: E402
+from flashbuild.config.build_plan import KernelTU  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from dev_library import FLAGS  # noqa: E402  (the matrix's hopper flags plus the arch)

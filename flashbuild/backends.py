@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 from typing import Callable, Protocol
 
-from . import host_toolchain, images, preflight
-from .console import console, log
-from .container import CommandRunner, ToolchainContainer, sweep_orphans
-from .options import ImageSpec
-from .build_plan import BuildPlan
+from flashbuild.compile import preflight
+from flashbuild.toolchains import host_toolchain, images
+from flashbuild.core.console import console, log
+from flashbuild.toolchains.container import CommandRunner, ToolchainContainer, sweep_orphans
+from flashbuild.config.options import ImageSpec
+from flashbuild.config.build_plan import BuildPlan
 
 
 class Backend(Protocol):

@@ -10,30 +10,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .memory import RESERVE_GB
-from .options import load_config
+from flashbuild.config.memory import RESERVE_GB
+from flashbuild.config.options import load_config
 
 
 def setup(repo: Path) -> None:
     """Install and start what the pipeline and its tests need on this host (Docker engine, mmdebstrap, redis-server,
     bubblewrap, cmake, pkg-config); remove containers that earlier builds of this clone left behind."""
-    from .container import docker_client, sweep_orphans
-    from .provision import setup as provision
+    from flashbuild.toolchains.container import docker_client, sweep_orphans
+    from flashbuild.toolchains.provision import setup as provision
 
     provision()
     sweep_orphans(docker_client(), repo, print)
 
 
 def fetch(repo: Path, local: dict[str, Path], offline: bool = False) -> None:
-    from .pipeline import Paths, fetch_sources
+    from flashbuild.pipeline import Paths, fetch_sources
 
     for name, fetched in fetch_sources(Paths(repo), local, offline).items():
         print(f"{name} {fetched.pin.version}: {fetched.root}")
 
 
 def image(repo: Path) -> None:
-    from .container import docker_client
-    from .pipeline import Paths, ensure_toolchain
+    from flashbuild.toolchains.container import docker_client
+    from flashbuild.pipeline import Paths, ensure_toolchain
 
     client = docker_client()
     for spec in load_config(repo / "matrix.yaml").images.values():
@@ -42,7 +42,7 @@ def image(repo: Path) -> None:
 
 
 def generate(repo: Path) -> None:
-    from .kernelgen import write_kernels
+    from flashbuild.compile.kernelgen import write_kernels
 
     config = load_config(repo / "matrix.yaml")
     written, removed = write_kernels(config.matrices.values(), repo / "kernels")
@@ -52,16 +52,16 @@ def generate(repo: Path) -> None:
 def build(repo: Path, matrix: str, dry_run: bool = False, jobs: int | None = None, reserve_gb: float = RESERVE_GB,
           offline: bool = False, local: dict[str, Path] | None = None, use_sccache: bool = False,
           backend: str = "container", sign_key: str | None = None) -> None:
-    from .pipeline import build as run_build
-    from .provenance import sign_key_path
+    from flashbuild.pipeline import build as run_build
+    from flashbuild.release.provenance import sign_key_path
 
     run_build(repo, matrix, dry_run=dry_run, jobs=jobs, reserve_gb=reserve_gb, offline=offline, local=local,
               use_sccache=use_sccache, backend=backend, sign_key=sign_key_path(sign_key))
 
 
 def verify(repo: Path, path: Path, allowed_signers: Path | None = None) -> None:
-    from .checks import raise_if_failed
-    from .pipeline import verify_artifact
+    from flashbuild.release.checks import raise_if_failed
+    from flashbuild.pipeline import verify_artifact
 
     report = verify_artifact(repo, path, allowed_signers)
     raise_if_failed(report, "this library does not hold what its manifest.json promises; rebuild it with `invoke build`")

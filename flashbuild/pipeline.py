@@ -15,19 +15,22 @@ import os
 import time
 from pathlib import Path
 
-from . import artifact_verify, backends, checks, dist, export, images, package_checks, packages, predict, \
-    preflight, provenance, release_checks, sccache, sources
-from .compiler import EntryBuild, EntryCompiler
-from .console import console, log
-from .container import ToolchainContainer, docker_client
-from .build_time import build_time
-from .errors import ConfigError, EnvironmentProblem
-from .manifest import entry_manifest, expectation, with_report
-from .memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
-from .options import ImageSpec, load_config
-from .build_plan import BuildPlan, make_plan, tu_groups
-from .progress import compile_progress
-from .jobs import Budget, make_budget, max_concurrency
+from flashbuild import backends
+from flashbuild.compile import dist, predict, preflight, sccache
+from flashbuild.release import artifact_verify, checks, export, package_checks, packages, provenance, release_checks
+from flashbuild.sources import upstream as sources
+from flashbuild.toolchains import images
+from flashbuild.compile.compiler import EntryBuild, EntryCompiler
+from flashbuild.core.console import console, log
+from flashbuild.toolchains.container import ToolchainContainer, docker_client
+from flashbuild.core.build_time import build_time
+from flashbuild.core.errors import ConfigError, EnvironmentProblem
+from flashbuild.release.manifest import entry_manifest, expectation, with_report
+from flashbuild.config.memory import GIB, RESERVE_GB, Stats, estimate, peaks_of
+from flashbuild.config.options import ImageSpec, load_config
+from flashbuild.config.build_plan import BuildPlan, make_plan, tu_groups
+from flashbuild.compile.progress import compile_progress
+from flashbuild.compile.jobs import Budget, make_budget, max_concurrency
 
 
 class Paths:

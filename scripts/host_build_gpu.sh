@@ -37,7 +37,7 @@ pack() {
   python3 - "$carry/third_party.tar.xz" <<'EOF' || return
 import sys, tarfile
 from pathlib import Path
-from flashbuild.sources import STAMP, load_lock
+from flashbuild.sources.upstream import STAMP, load_lock
 pins = load_lock(Path("sources.lock.yaml"))
 wanted = ("flash-attn", "flashinfer-python")  # the upstreams TUs compile against (no ptxas, no sccache)
 with tarfile.open(sys.argv[1], "w:xz", preset=6) as tar:
@@ -98,11 +98,11 @@ run() {
   rc=$?
   wall=$(( $(date +%s) - started ))
   local phase
-  phase=$(python3 -m flashbuild.compile_times --matrix "$matrix" --since "$since" | sed -n 's/.*this call: .*compile phase \([0-9]*\) s.*/\1/p' | head -1)
+  phase=$(python3 -m flashbuild.compile.compile_times --matrix "$matrix" --since "$since" | sed -n 's/.*this call: .*compile phase \([0-9]*\) s.*/\1/p' | head -1)
   echo "call at $(date -u +%FT%TZ): build exit $rc, wall ${wall} s, compile phase ${phase:-0} s" >> "build/host-timing-$matrix.log"
   echo "== $matrix with --backend host on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   [[ $rc -eq 124 || $rc -eq 130 ]] && echo "stopped at the ${limit} s limit: run again (without --fresh) to continue"
-  python3 -m flashbuild.compile_times --matrix "$matrix" --since "$since" --slots "$(nproc)"
+  python3 -m flashbuild.compile.compile_times --matrix "$matrix" --since "$since" --slots "$(nproc)"
   echo "calls so far (build/host-timing-$matrix.log):"
   cat "build/host-timing-$matrix.log"
   awk '{for (i = 1; i <= NF; i++) { if ($i == "wall") w += $(i + 1); if ($i == "phase") p += $(i + 1) }}
@@ -140,7 +140,7 @@ wait_build() {
   fi
   echo "== $matrix with --backend host on $(nproc) CPUs: build exit $(cat "build/host-$matrix.rc"), wall" \
     "$(seconds_between "$(cat "build/host-$matrix.end")" "$start") s"
-  python3 -m flashbuild.compile_times --matrix "$matrix" --since "$start" --slots "$(nproc)"
+  python3 -m flashbuild.compile.compile_times --matrix "$matrix" --since "$start" --slots "$(nproc)"
   tail -5 "$out"
   ls -l artifacts/*/*"$matrix"-host-cuda*.tar.gz* 2> /dev/null
   return "$(cat "build/host-$matrix.rc")"

@@ -24,7 +24,7 @@ class FakeContainer:
         self.removed = True
 
     def exec(self, argv, log_path=None, environment=None):
-        from flashbuild.container import ExecResult
+        from flashbuild.toolchains.container import ExecResult
 
         if argv[:2] == ["sh", "-c"]:  # fixed_pid.wrap: sh -c SCRIPT sh ARGV...
             argv = argv[4:]
@@ -52,7 +52,7 @@ def fake_build(tmp_path):
     image, the lock's pins rooted at folders that need not exist, and a FakeContainer."""
     from types import SimpleNamespace
 
-    from flashbuild import sources
+    from flashbuild.sources import upstream as sources
 
     pins = sources.load_lock(REPO / "sources.lock.yaml")
     fetched = {name: sources.FetchedSource(pin, tmp_path / "third_party" / pin.extract_dir_name)
@@ -73,9 +73,9 @@ def write_tree(root: Path, files: dict) -> Path:
 @pytest.fixture
 def provenance_record(repo):
     """What the build hands provenance.beside_files for the smoke entry (made-up image and commit)."""
-    from flashbuild import provenance
-    from flashbuild.options import load_config
-    from flashbuild.sources import load_lock
+    from flashbuild.release import provenance
+    from flashbuild.config.options import load_config
+    from flashbuild.sources.upstream import load_lock
 
     entry = load_config(repo / "matrix.yaml").matrix("smoke").entries[0]
     pins = load_lock(repo / "sources.lock.yaml")
@@ -151,8 +151,8 @@ def stand_in_build(folder: Path, version: str, headers: dict[str, str]):
 def exported(tmp_path, provenance_record):
     """An exported tarball of stand-in files, its provenance (and verifier) made by the build's own
     code; `sign` re-exports it signed with a fresh key and returns the allowed-signers file."""
-    from flashbuild import export, provenance
-    from flashbuild.build_time import BuildTime
+    from flashbuild.release import export, provenance
+    from flashbuild.core.build_time import BuildTime
 
     record = provenance_record
     library, headers, binary = stand_in_build(tmp_path / "built", "0.4.0", {"flash_attn_standalone.h": "/* header */\n"})

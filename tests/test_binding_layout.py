@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 import fas_ctypes  # noqa: E402
 
-from flashbuild.compiler import HEADERS as PUBLIC_HEADERS  # noqa: E402
+from flashbuild.compile.compiler import HEADERS as PUBLIC_HEADERS  # noqa: E402
 
 HEADER = REPO / "src" / "include" / "flash_attn_standalone.h"
 HEADERS = tuple(REPO / h for h in PUBLIC_HEADERS)  # the first includes the others

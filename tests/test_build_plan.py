@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from flashbuild.errors import CompileError
-from flashbuild.memory import estimate
-from flashbuild.options import KernelSet, load_config
-from flashbuild.build_plan import host_tus, make_plan
+from flashbuild.core.errors import CompileError
+from flashbuild.config.memory import estimate
+from flashbuild.config.options import KernelSet, load_config
+from flashbuild.config.build_plan import host_tus, make_plan
 
 
 def names(repo, matrix):

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from flashbuild import checks
-from flashbuild.errors import VerifyError
+from flashbuild.release import checks
+from flashbuild.core.errors import VerifyError
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ and binutils")
 

@@ -12,10 +12,10 @@ from conftest import exported_manifest
 from invoke import Context, Exit
 
 import tasks
-from flashbuild.manifest import read_manifest
-from flashbuild.errors import VerifyError
-from flashbuild.memory import GIB
-from flashbuild.jobs import Budget, make_budget
+from flashbuild.release.manifest import read_manifest
+from flashbuild.core.errors import VerifyError
+from flashbuild.config.memory import GIB
+from flashbuild.compile.jobs import Budget, make_budget
 
 
 def invoke_cli(repo, *argv):

@@ -1,4 +1,4 @@
-"""The local sccache-dist cluster (flashbuild/cluster.py): a scheduler and two bubblewrap build
+"""The local sccache-dist cluster (flashbuild/compile/cluster.py): a scheduler and two bubblewrap build
 servers on 127.0.0.1, started and stopped by one context manager; a TU compiled through it is
 compiled on the servers, not here."""
 
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from flashbuild import sccache
-from flashbuild.cluster import LocalCluster
-from flashbuild.sources import fetch, load_lock
+from flashbuild.compile import sccache
+from flashbuild.compile.cluster import LocalCluster
+from flashbuild.sources.upstream import fetch, load_lock
 
 needs_root_and_bwrap = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None,
                                           reason="sccache-dist's overlay builder needs root and bubblewrap "

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from flashbuild.compiler import own_include_closure
-from flashbuild.build_plan import host_tus
+from flashbuild.compile.compiler import own_include_closure
+from flashbuild.config.build_plan import host_tus
 
 
 def write(root: Path, name: str, text: str) -> Path:

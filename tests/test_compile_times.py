@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flashbuild.compile_times import TUTime, lower_bound, parse_time_file, phase_span, read_times, report
-from flashbuild.errors import ConfigError
+from flashbuild.compile.compile_times import TUTime, lower_bound, parse_time_file, phase_span, read_times, report
+from flashbuild.core.errors import ConfigError
 
 
 def test_only_successful_compiles_count_as_compile_times():
@@ -51,7 +51,7 @@ def test_the_report_counts_this_calls_compiles_and_bounds_only_planned_tus():
 
 def test_an_unknown_matrix_is_a_clear_error_not_a_traceback():
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "flashbuild.compile_times", "--matrix", "nosuch"],
+    done = subprocess.run([sys.executable, "-m", "flashbuild.compile.compile_times", "--matrix", "nosuch"],
                           cwd=repo, capture_output=True, text=True)
     assert done.returncode == ConfigError.exit_code
     assert "unknown matrix 'nosuch'" in done.stderr and "fix:" in done.stderr

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeContainer, write_tree
-from flashbuild import fixed_pid
-from flashbuild.compiler import PLAIN_C_FLAGS, EntryCompiler, killed_for_memory
-from flashbuild.errors import CompileError, EngineLost
-from flashbuild.kernelgen import write_kernels
-from flashbuild.manifest import entry_manifest, expectation, read_manifest, with_report
-from flashbuild.checks import Report
-from flashbuild.memory import Stats
-from flashbuild.options import load_config
-from flashbuild.build_plan import make_plan
-from flashbuild.jobs import Budget, SchedulerEvents
+from flashbuild.core import fixed_pid
+from flashbuild.compile.compiler import PLAIN_C_FLAGS, EntryCompiler, killed_for_memory
+from flashbuild.core.errors import CompileError, EngineLost
+from flashbuild.compile.kernelgen import write_kernels
+from flashbuild.release.manifest import entry_manifest, expectation, read_manifest, with_report
+from flashbuild.release.checks import Report
+from flashbuild.config.memory import Stats
+from flashbuild.config.options import load_config
+from flashbuild.config.build_plan import make_plan
+from flashbuild.compile.jobs import Budget, SchedulerEvents
 
 KERNEL = "paged_decode_hdim64_fp16_causal_sm90"  # the smoke matrix's one kernel TU
 
@@ -174,7 +174,7 @@ class KillingContainer(FakeContainer):
         self.compiled: list[str] = []
 
     def exec(self, argv, log_path=None, environment=None):
-        from flashbuild.container import ExecResult
+        from flashbuild.toolchains.container import ExecResult
 
         inner = argv[4:] if argv[:2] == ["sh", "-c"] else argv
         if inner[0] != "/usr/bin/time":

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from flashbuild.checks import Report
-from flashbuild.container import ToolchainContainer, docker_client
-from flashbuild.images import ensure_consumer_image
-from flashbuild.options import load_config
+from flashbuild.release.checks import Report
+from flashbuild.toolchains.container import ToolchainContainer, docker_client
+from flashbuild.toolchains.images import ensure_consumer_image
+from flashbuild.config.options import load_config
 from flashbuild.pipeline import Paths, ensure_toolchain
-from flashbuild.release_checks import unpack
+from flashbuild.release.release_checks import unpack
 
 pytestmark = pytest.mark.container
 

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from docker.errors import NotFound
 
-from flashbuild.container import ToolchainContainer, is_orphan, owner_labels
-from flashbuild.errors import EngineLost
-from flashbuild.processes import process_start
+from flashbuild.toolchains.container import ToolchainContainer, is_orphan, owner_labels
+from flashbuild.core.errors import EngineLost
+from flashbuild.core.processes import process_start
 
 
 def _dead_pid() -> int:

@@ -1,4 +1,4 @@
-"""The sccache-dist side of the sccache route (flashbuild/dist.py): the cluster named in
+"""The sccache-dist side of the sccache route (flashbuild/compile/dist.py): the cluster named in
 sccache's client configuration, refused clearly when the file is wrong; the budget over the
 servers; the build log's account of where nvcc's steps compiled, a fallback included."""
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from flashbuild import dist, sccache
-from flashbuild.errors import ConfigError, EnvironmentProblem
-from flashbuild.memory import GIB
+from flashbuild.compile import dist, sccache
+from flashbuild.core.errors import ConfigError, EnvironmentProblem
+from flashbuild.config.memory import GIB
 
 CLIENT = '[dist]\nscheduler_url = "http://127.0.0.1:10600"\ntoolchains = []\n[dist.auth]\ntype = "token"\ntoken = "t"\n'
 # What `sccache --show-stats` printed in the probe (docs/design/reproducible-builds.md), trimmed.
@@ -113,7 +113,7 @@ def test_the_log_says_where_the_steps_compiled_and_warns_of_every_fallback():
 def test_a_folder_beside_the_clone_whose_name_extends_the_clones_keeps_its_own_path_in_the_container(tmp_path):
     """A clone at /x/m16 and the cluster's files at /x/m16work: only the clone's own paths move
     to the mount point (a prefix match once sent SCCACHE_CONF to /flashbuild/srcwork/...)."""
-    from flashbuild.container import MOUNT_POINT, ToolchainContainer
+    from flashbuild.toolchains.container import MOUNT_POINT, ToolchainContainer
 
     clone = tmp_path / "m16"
     clone.mkdir()

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from flashbuild.checks import LIBRARY_TOOLS
-from flashbuild.compiler import HEADERS
-from flashbuild.options import load_config
+from flashbuild.release.checks import LIBRARY_TOOLS
+from flashbuild.compile.compiler import HEADERS
+from flashbuild.config.options import load_config
 
 pytestmark = pytest.mark.container
 
@@ -180,7 +180,7 @@ def _in_toolchain(repo, argv):
     import docker
 
     from flashbuild.pipeline import Paths, ensure_toolchain
-    from flashbuild.container import ToolchainContainer
+    from flashbuild.toolchains.container import ToolchainContainer
 
     spec = load_config(repo / "matrix.yaml").matrix("smoke").entries[0].image
     client = docker.from_env()
@@ -194,8 +194,8 @@ def test_one_tu_compiled_in_two_clones_is_byte_identical_under_the_fixed_pid(smo
     """src/core/lse.cu (a kernel in an anonymous namespace) compiled in two clones at different
     paths, each in its own toolchain container: identical objects with fixed_pid's shim. The
     control: two plain compiles in one clone differ (nvcc's PID is in the object)."""
-    from flashbuild import fixed_pid
-    from flashbuild.container import ToolchainContainer, docker_client
+    from flashbuild.core import fixed_pid
+    from flashbuild.toolchains.container import ToolchainContainer, docker_client
 
     repo, _, folder, _ = smoke_artifact
     image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]
@@ -223,9 +223,9 @@ def test_a_kernel_tu_of_specializations_compiles_to_the_same_bytes_in_any_folder
     A TU of explicit specializations only (every generated kernel TU is one) had its internal
     symbols named after that folder by cudafe++; the generator's module anchor names them after
     the TU. Control: the same TU without the anchor differs between two folders."""
-    from flashbuild import fixed_pid
-    from flashbuild.container import ToolchainContainer, docker_client
-    from flashbuild.families import module_anchor
+    from flashbuild.core import fixed_pid
+    from flashbuild.toolchains.container import ToolchainContainer, docker_client
+    from flashbuild.config.families import module_anchor
 
     _, _, folder, _ = smoke_artifact
     image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]

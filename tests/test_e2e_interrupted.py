@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbuild.container import PID_LABEL
+from flashbuild.toolchains.container import PID_LABEL
 
 pytestmark = pytest.mark.container
 

@@ -8,10 +8,10 @@ import tarfile
 
 import pytest
 
-from flashbuild import export
-from flashbuild.build_time import BuildTime, build_time
-from flashbuild.errors import ConfigError, ExportError
-from flashbuild.packages import PACKAGE_FILES
+from flashbuild.release import export
+from flashbuild.core.build_time import BuildTime, build_time
+from flashbuild.core.errors import ConfigError, ExportError
+from flashbuild.release.packages import PACKAGE_FILES
 
 from conftest import record_manifest, stand_in_build
 

@@ -7,14 +7,14 @@ import shutil
 import pytest
 
 from conftest import write_tree
-from flashbuild import families
-from flashbuild.compiler import EntryCompiler
-from flashbuild.errors import ConfigError
-from flashbuild.families import Family, Upstream, module_anchor
-from flashbuild.kernelgen import registry_text, write_kernels
-from flashbuild.memory import estimate
-from flashbuild.options import load_config
-from flashbuild.build_plan import make_plan
+from flashbuild.config import families
+from flashbuild.compile.compiler import EntryCompiler
+from flashbuild.core.errors import ConfigError
+from flashbuild.config.families import Family, Upstream, module_anchor
+from flashbuild.compile.kernelgen import registry_text, write_kernels
+from flashbuild.config.memory import estimate
+from flashbuild.config.options import load_config
+from flashbuild.config.build_plan import make_plan
 
 TOY_UPSTREAM = Upstream("flashinfer-python", includes=("include",), system_includes=("cutlass",),
                         defines=("-DTOY_DECODE=1",))

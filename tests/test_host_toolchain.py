@@ -15,17 +15,20 @@ from invoke import Context, Exit
 
 import tasks
 from conftest import write_tree
-from flashbuild import checks, fixed_pid, host_toolchain, pipeline
-from flashbuild.compiler import HEADERS, EntryCompiler
-from flashbuild.errors import ConfigError, EnvironmentProblem
-from flashbuild.export import tarball_name
-from flashbuild.host_toolchain import (HostToolchain, arch_supported, discover, host_entry_name, host_flags,
+from flashbuild import pipeline
+from flashbuild.core import fixed_pid
+from flashbuild.release import checks
+from flashbuild.toolchains import host_toolchain
+from flashbuild.compile.compiler import HEADERS, EntryCompiler
+from flashbuild.core.errors import ConfigError, EnvironmentProblem
+from flashbuild.release.export import tarball_name
+from flashbuild.toolchains.host_toolchain import (HostToolchain, arch_supported, discover, host_entry_name, host_flags,
                                        host_plan, parse_gpu_codes, parse_release)
-from flashbuild.kernelgen import write_kernels
-from flashbuild.memory import Stats
-from flashbuild.options import load_config
-from flashbuild.build_plan import make_plan
-from flashbuild.jobs import Budget, SchedulerEvents
+from flashbuild.compile.kernelgen import write_kernels
+from flashbuild.config.memory import Stats
+from flashbuild.config.options import load_config
+from flashbuild.config.build_plan import make_plan
+from flashbuild.compile.jobs import Budget, SchedulerEvents
 from test_compiler import TREE
 
 CUDA_13_CODES = "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_100 sm_110 sm_103 sm_120 sm_121"

@@ -5,9 +5,9 @@ import shutil
 import pytest
 
 from flashbuild.pipeline import Paths, ensure_toolchain
-from flashbuild.errors import ConfigError
-from flashbuild.images import image_tag
-from flashbuild.options import load_config
+from flashbuild.core.errors import ConfigError
+from flashbuild.toolchains.images import image_tag
+from flashbuild.config.options import load_config
 
 
 def test_image_tag_changes_with_the_tools_content(repo, tmp_path):

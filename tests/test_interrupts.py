@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from flashbuild.interrupts import Interrupted, deferred, handled
+from flashbuild.core.interrupts import Interrupted, deferred, handled
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])

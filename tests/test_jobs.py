@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from flashbuild.jobs import (Budget, Job, SchedulerEvents, admissible, admit, max_concurrency, retry_alone,
+from flashbuild.compile.jobs import (Budget, Job, SchedulerEvents, admissible, admit, max_concurrency, retry_alone,
                                  run_jobs)
 
 GB = 1_000_000_000

@@ -1,8 +1,8 @@
 import shutil
 
-from flashbuild.kernelgen import registry_text, stale_files, write_kernels
-from flashbuild.options import load_config
-from flashbuild.build_plan import make_plan
+from flashbuild.compile.kernelgen import registry_text, stale_files, write_kernels
+from flashbuild.config.options import load_config
+from flashbuild.config.build_plan import make_plan
 
 
 def test_committed_kernels_match_the_generator(repo):
@@ -91,7 +91,7 @@ def test_dtype_values_are_the_headers_fas_dtype_enum(repo):
     """SM90 template arguments and registry lines use these; the header is the truth."""
     import re
 
-    from flashbuild.families import DTYPES
+    from flashbuild.config.families import DTYPES
 
     header = (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
     enum = {name: int(value) for name, value in re.findall(r"\b(FAS_DTYPE_\w+)\s*=\s*(\d+)", header)}

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flashbuild.memory import Stats
+from flashbuild.config.memory import Stats
 
 MALFORMED = {
     "not JSON": "{ garbage",

@@ -9,13 +9,13 @@ import os
 
 import pytest
 
-from flashbuild import fixed_pid
-from flashbuild.compiler import EntryCompiler, TUSpec
-from flashbuild.container import ToolchainContainer, docker_client
-from flashbuild.options import load_config
+from flashbuild.core import fixed_pid
+from flashbuild.compile.compiler import EntryCompiler, TUSpec
+from flashbuild.toolchains.container import ToolchainContainer, docker_client
+from flashbuild.config.options import load_config
 from flashbuild.pipeline import Paths, ensure_toolchain
-from flashbuild.build_plan import make_plan
-from flashbuild.jobs import Budget, Job, SchedulerEvents
+from flashbuild.config.build_plan import make_plan
+from flashbuild.compile.jobs import Budget, Job, SchedulerEvents
 
 pytestmark = pytest.mark.container
 

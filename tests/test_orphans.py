@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from flashbuild.container import docker_client, owner_labels, remove_orphans
-from flashbuild.options import load_config
+from flashbuild.toolchains.container import docker_client, owner_labels, remove_orphans
+from flashbuild.config.options import load_config
 from flashbuild.pipeline import Paths, ensure_toolchain
 
 pytestmark = pytest.mark.container

@@ -8,11 +8,11 @@ import tarfile
 
 import pytest
 
-from flashbuild import export, package_checks, packages
-from flashbuild.build_time import BuildTime
-from flashbuild.checks import Report
-from flashbuild.errors import EnvironmentProblem
-from flashbuild.library import LibraryName
+from flashbuild.release import export, package_checks, packages
+from flashbuild.core.build_time import BuildTime
+from flashbuild.release.checks import Report
+from flashbuild.core.errors import EnvironmentProblem
+from flashbuild.core.library import LibraryName
 
 NAME = LibraryName((0, 4, 2))
 has_tools = pytest.mark.skipif(not all(shutil.which(t) for t in ("cmake", "pkg-config")),

@@ -3,7 +3,7 @@
 import pytest
 
 from flashbuild import pipeline
-from flashbuild.errors import EnvironmentProblem
+from flashbuild.core.errors import EnvironmentProblem
 
 
 def test_a_missing_docker_engine_is_reported_before_any_source_is_fetched(repo, monkeypatch):
@@ -21,7 +21,7 @@ def test_a_missing_docker_engine_is_reported_before_any_source_is_fetched(repo, 
 
 def test_missing_cmake_or_pkg_config_is_reported_before_any_source_is_fetched(repo, monkeypatch):
     """The packages are checked before export; a build that could not check them starts no work."""
-    from flashbuild import package_checks
+    from flashbuild.release import package_checks
 
     fetched = []
     monkeypatch.setattr(package_checks.shutil, "which", lambda tool: None if tool == "cmake" else f"/usr/bin/{tool}")

@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from flashbuild.memory import GIB
-from flashbuild.predict import Server, SimJob, describe, entry_jobs, simulate
-from flashbuild.jobs import Budget
+from flashbuild.config.memory import GIB
+from flashbuild.compile.predict import Server, SimJob, describe, entry_jobs, simulate
+from flashbuild.compile.jobs import Budget
 
 
 def jobs(*seconds, gib=1.0):

@@ -12,9 +12,11 @@ import tarfile
 import pytest
 from docker.errors import ImageNotFound
 
-from flashbuild import images, pipeline, sources
-from flashbuild.errors import ConfigError, EnvironmentProblem, SourceError
-from flashbuild.options import load_config
+from flashbuild import pipeline
+from flashbuild.sources import upstream as sources
+from flashbuild.toolchains import images
+from flashbuild.core.errors import ConfigError, EnvironmentProblem, SourceError
+from flashbuild.config.options import load_config
 
 
 @pytest.fixture(autouse=True)
@@ -216,9 +218,10 @@ def test_an_engine_that_fails_the_image_lookup_is_a_problem_not_a_traceback(repo
 
 
 def test_missing_cmake_is_a_dry_run_problem_with_the_setup_fix(repo, tmp_path, monkeypatch):
-    from flashbuild import package_checks, preflight
-    from flashbuild.options import load_config
-    from flashbuild.build_plan import make_plan
+    from flashbuild.compile import preflight
+    from flashbuild.release import package_checks
+    from flashbuild.config.options import load_config
+    from flashbuild.config.build_plan import make_plan
 
     monkeypatch.setattr(package_checks.shutil, "which", lambda tool: None if tool == "cmake" else f"/usr/bin/{tool}")
     config = load_config(repo / "matrix.yaml")

@@ -10,8 +10,9 @@ import subprocess
 import pytest
 from conftest import allowed, keypair
 
-from flashbuild import pipeline, provenance, verifier
-from flashbuild.errors import ConfigError, EnvironmentProblem, ExportError, FlashBuildError
+from flashbuild import pipeline
+from flashbuild.release import provenance, verifier
+from flashbuild.core.errors import ConfigError, EnvironmentProblem, ExportError, FlashBuildError
 
 needs_keygen = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="needs OpenSSH's ssh-keygen")
 

@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from flashbuild import provenance, release_checks
-from flashbuild.checks import Report
+from flashbuild.release import provenance, release_checks
+from flashbuild.release.checks import Report
 
 from conftest import allowed, keypair
 

@@ -1,4 +1,4 @@
-"""The sccache route's settings (flashbuild/sccache.py): what it accepts from the caller's
+"""The sccache route's settings (flashbuild/compile/sccache.py): what it accepts from the caller's
 SCCACHE_* environment, what it refuses with a ConfigError that says how to fix it, and when the
 compile container gets a network."""
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flashbuild import sccache
-from flashbuild.errors import ConfigError
+from flashbuild.compile import sccache
+from flashbuild.core.errors import ConfigError
 
 
 def route(environment: dict) -> sccache.Route:

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import yaml
 
-from flashbuild.errors import ConfigError
-from flashbuild.options import load_config
+from flashbuild.core.errors import ConfigError
+from flashbuild.config.options import load_config
 
 
 def good_document(repo):
@@ -187,8 +187,8 @@ def load_in_a_bounded_process(path):
     that expanded aliases hung at 2 GB and growing (issue 31, finding 4)."""
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            "from flashbuild.errors import ConfigError\n"
-            "from flashbuild.options import load_config\n"
+            "from flashbuild.core.errors import ConfigError\n"
+            "from flashbuild.config.options import load_config\n"
             "try:\n"
             f"    load_config(__import__('pathlib').Path({str(path)!r}))\n"
             "except ConfigError as error:\n"

@@ -7,9 +7,9 @@ import tarfile
 
 import pytest
 
-from flashbuild import archive as archive_module
-from flashbuild import sources
-from flashbuild.errors import SourceError
+from flashbuild.sources import archive as archive_module
+from flashbuild.sources import upstream as sources
+from flashbuild.core.errors import SourceError
 
 
 def make_tar(path, members):
@@ -304,7 +304,7 @@ def test_local_replaces_a_corrupt_cached_copy(tmp_path, good_archive):
 
 
 def test_a_local_file_for_a_source_the_build_does_not_use_is_refused(tmp_path, good_archive):
-    from flashbuild.errors import ConfigError
+    from flashbuild.core.errors import ConfigError
     from flashbuild.pipeline import Paths, fetch_sources
 
     pin = pin_for(good_archive)

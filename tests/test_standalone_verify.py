@@ -1,4 +1,4 @@
-"""The standalone verifier (`<tarball>.verify.pyz`, flashbuild/verifier.py): written beside every
+"""The standalone verifier (`<tarball>.verify.pyz`, flashbuild/release/verifier.py): written beside every
 exported tarball and named in its provenance, it runs with the standard library alone, outside any
 clone, and answers as `invoke verify` does; schema_lite, the manifest's validator in both, agrees
 with jsonschema."""
@@ -15,8 +15,10 @@ import sys
 import jsonschema
 import pytest
 
-from flashbuild import manifest, pipeline, schema_lite, verifier
-from flashbuild.checks import LIBRARY_TOOLS
+from flashbuild import pipeline
+from flashbuild.core import schema_lite
+from flashbuild.release import manifest, verifier
+from flashbuild.release.checks import LIBRARY_TOOLS
 
 from conftest import exported_manifest
 

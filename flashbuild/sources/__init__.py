@@ -1,0 +1,1 @@
+"""Upstream sources: pinned downloads, verified and extracted safely. Above core only."""
