@@ -254,8 +254,9 @@ constexpr auto decode_launch() {
     if constexpr (is_stream(S)) {
         constexpr bool kWide = S == kWideStream;
         constexpr int kRowBlocks = S == kPairStream ? 2 : 1;
-        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8, kRowBlocks>;
-        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide, kRowBlocks>, true>{kernel};
+        constexpr bool kFine = S == kFineStream;
+        constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8, kRowBlocks, kFine>;
+        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide, kRowBlocks, kFine>, true>{kernel};
     } else {
         constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong, QFp8>;
         return DecodeLaunch<decltype(kernel), decode::Shape<HeadDim, S == kLong, kBytes>, false>{kernel};
@@ -269,6 +270,7 @@ constexpr bool has_shape(DecodeShape shape) {
     return shape == kLong          ? has_long_decode(HeadDim, TileQ, kFp8Kv)
            : shape == kWideStream ? has_wide_stream(HeadDim, kFp8Kv)
            : shape == kPairStream ? has_pair_stream(HeadDim, kFp8Kv)
+           : shape == kFineStream ? has_fine_stream(HeadDim, kFp8Kv)
                                   : true;
 }
 
@@ -291,6 +293,11 @@ cudaError_t with_shape(DecodeShape shape, const Fn& fn) {
         case kPairStream:
             if constexpr (has_shape<KvDtype, HeadDim, 16>(kPairStream) && !QFp8) {
                 return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kPairStream, QFp8>());
+            }
+            break;
+        case kFineStream:
+            if constexpr (has_shape<KvDtype, HeadDim, 16>(kFineStream) && !QFp8) {
+                return fn(decode_launch<Dtype, KvDtype, HeadDim, Causal, kFineStream, QFp8>());
             }
             break;
     }

@@ -48,13 +48,14 @@ struct Shape {
 // The stream shape (decode_tma.cuh): consumer warps (paged.h: stream_consumer_warps) and a
 // producer warp, one persistent CTA per SM, a ring of as many stages as fit 200 KiB (so that a
 // stage in flight per ~2 us of HBM time leaves several in flight), the last stage of an item
-// doubling as the scratch of its end. RowBlocks: 16-row blocks per query tile (kPairStream: 2).
-template <int HeadDim, int KvBytes, bool Wide, int RowBlocks = 1>
+// doubling as the scratch of its end. RowBlocks: 16-row blocks per query tile (kPairStream: 2);
+// Fine: stages of 16 keys per consumer warp (kFineStream).
+template <int HeadDim, int KvBytes, bool Wide, int RowBlocks = 1, bool Fine = false>
 struct StreamShape {
     static constexpr int kKeySlices = stream_consumer_warps(Wide);  // warps splitting a stage's keys
     static constexpr int kConsumerWarps = kKeySlices * RowBlocks;   // a warp per key slice and row block
     static constexpr int kThreads = 32 * (kConsumerWarps + 1);
-    static constexpr int kKeys = stream_keys(HeadDim, KvBytes == 1, Wide);
+    static constexpr int kKeys = stream_keys(HeadDim, KvBytes == 1, Wide, Fine);
     static constexpr int kWarpKeys = kKeys / kKeySlices;
     static constexpr int kBlocks = kWarpKeys / 16;
     static constexpr int kRowBytes = HeadDim * KvBytes;               // of one KV head's cache row
@@ -69,6 +70,7 @@ struct StreamShape {
     static_assert(kSegBytes == 64 || kSegBytes == 128, "TMA swizzles of 64 or 128 bytes");
     static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of whole 16-key blocks");
     static_assert(!Wide || has_wide_stream(HeadDim, KvBytes == 1), "the wide shape is e4m3's, up to head dim 128");
+    static_assert(!Fine || (has_fine_stream(HeadDim, KvBytes == 1) && RowBlocks == 1 && !Wide), "the fine shape: 16-bit, one block");
     static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");
     static_assert(kKeySlices + 2 <= 16, "a named barrier per key slice");
 };

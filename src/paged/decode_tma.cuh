@@ -168,10 +168,10 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
 // (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
 // consumer warps over the same stages, so that 17-32 rows per sequence read the KV once.
-template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8, int RowBlocks>
-__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBlocks>::kThreads, 1)
+template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8, int RowBlocks, bool Fine>
+__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBlocks, Fine>::kThreads, 1)
     stream_kernel(const __grid_constant__ LaunchArgs a) {
-    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide, RowBlocks>;
+    using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide, RowBlocks, Fine>;
     constexpr bool kFp8 = sizeof(KV) == 1;
     constexpr int kRows = 16 * RowBlocks;  // of a query tile
     static_assert(RowBlocks == 1 || (!kFp8 && HeadDim <= 128), "paired blocks: 16-bit caches up to head dim 128");

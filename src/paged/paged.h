@@ -25,11 +25,13 @@
 namespace fas_paged {
 
 // The decode kernel's shapes (16-row tiles), chosen per plan: kShort and kLong load with cp.async
-// (decode.cuh), kStream, kWideStream (twice the consumer warps) and kPairStream (32-row tiles,
-// two 16-row blocks on each stage) with the TMA engine (decode_tma.cuh). The 64-row kernel has
-// kShort only.
-enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2, kWideStream = 3, kPairStream = 4 };
-constexpr bool is_stream(DecodeShape shape) { return shape == kStream || shape == kWideStream || shape == kPairStream; }
+// (decode.cuh), kStream, kWideStream (twice the consumer warps), kPairStream (32-row tiles, two
+// 16-row blocks on each stage) and kFineStream (stages of half the keys) with the TMA engine
+// (decode_tma.cuh). The 64-row kernel has kShort only.
+enum DecodeShape : int { kShort = 0, kLong = 1, kStream = 2, kWideStream = 3, kPairStream = 4, kFineStream = 5 };
+constexpr bool is_stream(DecodeShape shape) {
+    return shape == kStream || shape == kWideStream || shape == kPairStream || shape == kFineStream;
+}
 
 // Everything one launch reads; device pointers unless said. Int32 arrays come from the plan's
 // schedule (schedule.cpp), tensors from the run.
@@ -143,11 +145,17 @@ constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && hea
 // on an H100 it was slower on 6 rows of 8 (docs/design/decode-roofline.md).
 constexpr bool has_pair_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
 constexpr int kPairTileRows = 32;
+// The fine shape: the stream shape with stages of 16 keys per consumer warp (6 x 32 KiB at head
+// dim 128 instead of 3 x 64 KiB), so that more of the ring is in flight while the consumers hold
+// one stage. For 16-bit contiguous KV on the stream shape's cards: on an H200 it read contiguous
+// keys 1-3.5% faster, and pages of 16 1-6% slower (docs/design/decode-roofline.md), so pages keep
+// kStream. Head dim 256 already stages 16 keys a warp.
+constexpr bool has_fine_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
 constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
 // Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
-// whose warps hold twice the accumulators).
-constexpr int stream_keys(int head_dim, bool fp8_kv, bool wide = false) {
-    return head_dim == 256 && !fp8_kv ? 64 : 32 * stream_consumer_warps(wide);
+// whose warps hold twice the accumulators, and in the fine shape).
+constexpr int stream_keys(int head_dim, bool fp8_kv, bool wide = false, bool fine = false) {
+    return (head_dim == 256 && !fp8_kv) || fine ? 16 * stream_consumer_warps(wide) : 32 * stream_consumer_warps(wide);
 }
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
@@ -155,7 +163,7 @@ constexpr int stream_keys(int head_dim, bool fp8_kv, bool wide = false) {
 // launch.cuh's KV tile for 64-row ones.
 constexpr int kv_tile_rows(int head_dim, int tile_q, DecodeShape shape = kShort, bool fp8_kv = false) {
     if (tile_q != 16) return head_dim <= 128 ? 128 : 64;
-    if (is_stream(shape)) return stream_keys(head_dim, fp8_kv, shape == kWideStream);
+    if (is_stream(shape)) return stream_keys(head_dim, fp8_kv, shape == kWideStream, shape == kFineStream);
     return shape == kLong && !fp8_kv ? 128 : head_dim <= 128 ? 64 : 32;
 }
 

@@ -162,12 +162,13 @@ bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequ
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
-    int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0, pair_ctas = 0;  // per SM; 0: no such shape
+    int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0, pair_ctas = 0, fine_ctas = 0;  // per SM; 0: none
     cudaError_t error = kernel->occupancy(kShort, &short_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kLong, &long_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kStream, &stream_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kWideStream, &wide_ctas);
     if (error == cudaSuccess) error = kernel->occupancy(kPairStream, &pair_ctas);
+    if (error == cudaSuccess) error = kernel->occupancy(kFineStream, &fine_ctas);
     if (error != cudaSuccess) return fail_cuda(error, "querying the paged kernel's occupancy");
     const auto wave = [&](int ctas_per_sm) { return static_cast<int64_t>(std::max(ctas_per_sm, 1)) * device.sm_count; };
 
@@ -195,7 +196,11 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     DecodeShape shape = kShort;
     try {
         if (stream) {
-            shape = pair ? kPairStream : fast_card && wide_ctas > 0 ? kWideStream : kStream;
+            const bool contiguous = request.cu_seqlens_k != nullptr;
+            shape = pair                                        ? kPairStream
+                    : fast_card && wide_ctas > 0                ? kWideStream
+                    : fast_card && contiguous && fine_ctas > 0 ? kFineStream
+                                                                : kStream;
             build_schedule(layout, request, shape == kPairStream ? kPairTileRows : kernel->tile_q,
                            kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv), wave(1), &s);
         } else if (long_ctas > 0) {
