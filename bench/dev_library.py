@@ -30,6 +30,7 @@ from flashbuild.config.build_plan import KernelTU  # noqa: E402
 
 FLASHINFER = REPO / "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = REPO / "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
+FA2_CUTLASS = REPO / "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/cutlass/include"
 # The matrix's hopper flag set (matrix.yaml) plus the arch.
 FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
          "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
@@ -53,6 +54,15 @@ def kernel_tu(name: str) -> KernelTU:
         dtype = (rest[:-1] if causal else rest)[-1]
         return KernelTU(family, int(rest[0]), dtype, causal)
     raise SystemExit(f"{name}: not a kernel TU name (see kernels/)")
+
+
+def kernel_flags(tu: KernelTU) -> list[str]:
+    """A kernel TU's upstream include set and defines: FA2's (its tree, its CUTLASS, the ATen/c10
+    stand-ins, its switches) or FlashInfer's, then our own headers."""
+    from flashbuild.config.families import FLASH_ATTN
+    if tu.record.upstream is FLASH_ATTN:
+        return [f"-I{FA2_SRC}", f"-I{FA2_CUTLASS}", f"-I{REPO}/src/standins", *FLASH_ATTN.defines, *OWN]
+    return [*UPSTREAM, *OWN]
 
 
 def compile_all(jobs: dict[Path, list[str]], workers: int) -> None:
@@ -95,7 +105,7 @@ def build(names: list[str], out: Path, workers: int, defines: list[str], nvcc: s
         jobs[obj] = argv
         return obj
 
-    linked = [job(REPO / tu.source, [*UPSTREAM, *OWN]) for tu in kernels]
+    linked = [job(REPO / tu.source, kernel_flags(tu)) for tu in kernels]
     api_flags = [*OWN, f"-I{REPO}/src/standins", f"-I{gen}", "-DFAS_VERSION_MAJOR=0", "-DFAS_VERSION_MINOR=0",
                  "-DFAS_VERSION_PATCH=0"]
     for folder in ("src/core", "src/api", "src/fa2", "src/sm90", "src/paged"):

@@ -208,8 +208,8 @@ def verify_build(run, result: EntryBuild, manifest: dict, paths: Paths) -> check
     report = checks.Report(str(result.library.relative_to(paths.repo)))
     expect = expectation(manifest)
     kernels = [tu for tu in manifest["translation_units"] if tu["kind"] == "kernel"]
-    checks.verify_objects(run, {tu["name"]: (result.kernel_objects[tu["name"]], tu["symbol"]) for tu in kernels},
-                          expect.archs, report)
+    checks.verify_objects(run, {tu["name"]: (result.kernel_objects[tu["name"]], tu["symbol"], tu.get("kernels"))
+                                for tu in kernels}, expect.archs, report)
     checks.verify_library(run, result.library, expect, report)
     checks.verify_test_binary(run, result.test_binary, expect.soname, report)
     return report

@@ -3,13 +3,9 @@
 // FlashAttention-2 split-KV forward: fp16, head dim 128, non-causal.
 // Exactly one template instantiation, so this TU gets its own register allocation
 // and compiles in its own nvcc process.
-#include "flash_fwd_launch_template.h"
+#include "fa2/split_launch.cuh"
 
-namespace FLASH_NAMESPACE {
-
-template void run_mha_fwd_splitkv_dispatch<cutlass::half_t, 128, false>(Flash_fwd_params &params, cudaStream_t stream);
-
-}  // namespace FLASH_NAMESPACE
+template void fas_fa2::run_split<cutlass::half_t, 128, false>(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);
 
 // Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
 extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_split_hdim128_fp16_sm90() {}

@@ -3,13 +3,9 @@
 // FlashAttention-2 split-KV forward: bf16, head dim 32, non-causal.
 // Exactly one template instantiation, so this TU gets its own register allocation
 // and compiles in its own nvcc process.
-#include "flash_fwd_launch_template.h"
+#include "fa2/split_launch.cuh"
 
-namespace FLASH_NAMESPACE {
-
-template void run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 32, false>(Flash_fwd_params &params, cudaStream_t stream);
-
-}  // namespace FLASH_NAMESPACE
+template void fas_fa2::run_split<cutlass::bfloat16_t, 32, false>(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);
 
 // Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
 extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_split_hdim32_bf16_sm90() {}

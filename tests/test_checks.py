@@ -117,3 +117,36 @@ def test_glibc_newer_than_policy_is_named(tmp_path):
     assert failed(report) == ["glibc symbol versions <= 2.2 (newest required: " +
                               report.render().split("newest required: ")[1].split(")")[0] + ")"]
     assert "older hosts cannot load it" in report.render()
+
+
+def _object_tools(kernels: int):
+    """nm and cuobjdump of one split-KV object holding `kernels` kernels (their output shapes)."""
+    symbol = "void fas_fa2::run_split<cutlass::bfloat16_t, 128, false>(flash::Flash_fwd_params&, CUstream_st*)"
+    usage = "Resource usage:\n Common:\n  GLOBAL:0\n" + "".join(
+        f" Function _Z24flash_fwd_splitkv_kernelILi{i}EEv:\n  REG:255 STACK:0 SHARED:0 LOCAL:0\n" for i in range(kernels))
+
+    def run(argv):
+        if argv[0] == "nm":
+            return 0, f"0000000000001000 T {symbol}\n"
+        if argv[:2] == ["cuobjdump", "--list-elf"]:
+            return 0, "ELF file    1: x.1.sm_90a.cubin\n"
+        if argv[:2] == ["cuobjdump", "-res-usage"]:
+            return 0, usage
+        raise AssertionError(f"unexpected tool call {argv}")
+    return run
+
+
+def test_an_object_holding_another_kernel_count_than_its_family_promises_fails_naming_it(tmp_path):
+    obj = tmp_path / "fa2_fwd_split_hdim128_bf16_sm90.o"
+    obj.write_bytes(b"\0")
+    objects = {obj.stem: (obj, "fas_fa2::run_split<cutlass::bfloat16_t, 128, false>", 24)}
+    report = checks.Report("objects")
+    checks.verify_objects(_object_tools(24), objects, ("sm_90a",), report)
+    assert report.ok, report.render()
+    report = checks.Report("objects")
+    checks.verify_objects(_object_tools(50), objects, ("sm_90a",), report)
+    assert not report.ok
+    assert "holds exactly the 24 kernels" in report.render() and "it holds 50" in report.render()
+    report = checks.Report("objects")  # a family that promises no count is not counted
+    checks.verify_objects(_object_tools(50), {obj.stem: (*objects[obj.stem][:2], None)}, ("sm_90a",), report)
+    assert report.ok and "kernels the API dispatches" not in report.render()

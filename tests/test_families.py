@@ -131,3 +131,21 @@ def test_every_family_is_served_by_a_host_code_folder_that_exists(repo):
         assert family.api_path in families.CODE_PATHS, family.name
         folder = repo / families.CODE_PATHS[family.api_path].folder
         assert any(folder.glob("*.c*")), f"{family.name}: {folder} holds no host source"
+
+
+def test_a_split_kv_tu_promises_only_the_variants_the_api_dispatches():
+    """The count the build holds each split-KV object to (checks.verify_objects): the hd128
+    non-causal TU compiled to 24 kernels (10 attention + 14 combine; FA2's own launcher: 50), all
+    byte-identical to their counterparts under FA2's launcher (docs/design/build-measurements.md)."""
+    from flashbuild.config.build_plan import KernelTU
+
+    family = families.FAMILIES["fa2_fwd_split"]
+
+    def count(head_dim, causal):
+        return KernelTU(family="fa2_fwd_split", head_dim=head_dim, dtype="bf16", causal=causal).kernels
+
+    assert count(128, False) == 24
+    assert count(128, True) == count(128, False) - 4  # no local-window variants under a causal mask
+    assert count(256, False) == count(128, False) - 2  # no even-tile variant above head dim 128
+    assert all(count(d, c) > 14 for d in family.head_dims for c in (False, True))
+    assert families.FAMILIES["fa2_fwd"].kernels is None  # FA2's own launcher chooses what it compiles

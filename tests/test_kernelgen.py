@@ -15,7 +15,8 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
     assert text.count("run_mha_fwd_<") == 1
     assert "run_mha_fwd_<cutlass::bfloat16_t, 128, true>" in text
     split = (repo / "kernels" / "fa2_fwd_split_hdim64_fp16_sm90.cu").read_text()
-    assert split.count("template void run_mha_fwd_splitkv_dispatch<cutlass::half_t, 64, false>") == 1
+    assert split.count("template void fas_fa2::run_split<cutlass::half_t, 64, false>") == 1
+    assert '#include "fa2/split_launch.cuh"' in split and "run_mha_fwd_splitkv_dispatch" not in split
     sm90 = (repo / "kernels" / "sm90_prefill_hdim64_fp16_sm90.cu").read_text()
     assert sm90.count("launch_ragged<0, 0, 64, false>") == 1
     assert "run_ragged<cutlass::half_t, cutlass::half_t, 64, false>" in sm90

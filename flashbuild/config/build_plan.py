@@ -64,6 +64,11 @@ class KernelTU:
         return self.record.symbol(self)
 
     @property
+    def kernels(self) -> int | None:
+        """GPU kernels its object must hold (families.Family.kernels), or None: not counted."""
+        return self.record.kernels(self) if self.record.kernels else None
+
+    @property
     def registry_line(self) -> str:
         return f"{self.record.registry_macro}({', '.join(self.record.registry_args(self))})"
 

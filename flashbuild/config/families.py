@@ -132,6 +132,10 @@ class Family:
     # format string over registry_params; kernelgen writes it into kernel_registry.inc under
     # FAS_DECLARE_<API_PATH>, so no C file declares a kernel by hand ("": the includer does).
     declaration: str = ""
+    # KernelTU -> how many GPU kernels its object holds, every one a variant the C API can
+    # dispatch (the build fails on any other count: a compiled branch nothing reaches); None
+    # where upstream's launcher chooses what it compiles.
+    kernels: Callable | None = None
 
     def declare(self, tu) -> str:
         return self.declaration.format(**dict(zip(self.registry_params, self.registry_args(tu))))
@@ -151,6 +155,22 @@ def _fa2_args(tu) -> tuple[str, ...]:
 
 def _fa2_symbol(function: str) -> Callable:
     return lambda tu: f"flash::{function}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
+
+
+def _fa2_split_kernels(tu) -> int:
+    """Kernels of a split-KV TU (src/fa2/split_launch.cuh): per softcap on or off, a local window
+    (non-causal only) and an even head dim, one kernel, two (even tiles or not) where the head
+    dim is even, there is no window and it is at most 128; then the combine kernel for 7 split
+    bounds, with and without an even head dim."""
+    main = 0
+    for local in ((False,) if tu.causal else (False, True)):
+        for even_k in (False, True):
+            main += 2 * (2 if even_k and not local and tu.head_dim <= 128 else 1)
+    return main + 7 * 2
+
+
+def _fa2_split_symbol(tu) -> str:
+    return f"fas_fa2::run_split<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
 
 
 def _fa2_source(tu, what: str, body: list[str]) -> str:
@@ -182,10 +202,19 @@ def render_fa2_fwd(tu) -> str:
 
 
 def render_fa2_split(tu) -> str:
+    """A split-KV TU: our launch of FA2's split kernel (src/fa2/split_launch.cuh), which compiles
+    only the variants the C API dispatches."""
     element, causal = DTYPES[tu.dtype].cutlass, _cpp_bool(tu.causal)
-    return _fa2_source(tu, "split-KV forward", [
-        f"template void run_mha_fwd_splitkv_dispatch<{element}, {tu.head_dim}, {causal}>"
-        "(Flash_fwd_params &params, cudaStream_t stream);",
+    return "\n".join([
+        KERNEL_HEADER,
+        f"// FlashAttention-2 split-KV forward: {tu.dtype}, head dim {tu.head_dim}, {_causal_word(tu)}.",
+        "// Exactly one template instantiation, so this TU gets its own register allocation",
+        "// and compiles in its own nvcc process.",
+        '#include "fa2/split_launch.cuh"',
+        "",
+        f"template void fas_fa2::run_split<{element}, {tu.head_dim}, {causal}>"
+        "(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);",
+        "",
     ])
 
 
@@ -347,8 +376,9 @@ PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # The registry declarations (Family.declaration) of each launch template.
 FA2_DECLARATION = ("namespace FLASH_NAMESPACE {{ template <> void run_mha_fwd_<{ElementType}, {HeadDim}, {IsCausal}>"
                    "(Flash_fwd_params&, cudaStream_t); }}")
-FA2_SPLIT_DECLARATION = ("namespace FLASH_NAMESPACE {{ extern template void run_mha_fwd_splitkv_dispatch<{ElementType}, "
-                         "{HeadDim}, {IsCausal}>(Flash_fwd_params&, cudaStream_t); }}")
+FA2_SPLIT_DECLARATION = ("namespace fas_fa2 {{ template <typename Element, int HeadDim, bool Causal> void run_split("
+                         "FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); extern template void run_split<"
+                         "{ElementType}, {HeadDim}, {IsCausal}>(FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); }}")
 SM90_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged<{InEnum}, {OutEnum}, {HeadDim}, "
                     "{IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
 
@@ -390,10 +420,10 @@ FAMILIES = {
         ),
         Family(
             name="fa2_fwd_split", upstream=FLASH_ATTN, api_path="fa2",
-            head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=False,
-            render=render_fa2_split, symbol=_fa2_symbol("run_mha_fwd_splitkv_dispatch"),
+            head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_fa2_split, symbol=_fa2_split_symbol,
             registry_macro="FAS_FA2_FWD_SPLIT", registry_params=FA2_PARAMS, registry_args=_fa2_args,
-            declaration=FA2_SPLIT_DECLARATION,
+            declaration=FA2_SPLIT_DECLARATION, kernels=_fa2_split_kernels,
         ),
         Family(
             name="sm90_prefill", upstream=FLASHINFER_SM90, api_path="sm90",

@@ -177,9 +177,17 @@ def _undefined_problems(run: Runner, path: Path) -> tuple[list[str], tuple[int, 
     return problems, newest
 
 
-def verify_objects(run: Runner, objects: dict[str, tuple[Path, str]], archs: tuple[str, ...], report: Report) -> None:
-    """objects: TU name -> (object path, expected demangled symbol key)."""
-    for tu_name, (obj, symbol) in sorted(objects.items()):
+def _kernel_names(run: Runner, path: Path) -> set[str]:
+    """The GPU kernels (mangled names) of an object's device code."""
+    return set(re.findall(r"^\s*Function (\S+?):", _tool(run, ["cuobjdump", "-res-usage", str(path)]), re.M))
+
+
+def verify_objects(run: Runner, objects: dict[str, tuple[Path, str, int | None]], archs: tuple[str, ...],
+                   report: Report) -> None:
+    """objects: TU name -> (object path, expected demangled symbol key, GPU kernels it must hold
+    or None). A count other than the expected one means a compiled variant no API path reaches
+    (or one missing): families.Family.kernels."""
+    for tu_name, (obj, symbol, kernels) in sorted(objects.items()):
         if not obj.is_file():
             report.add(f"object {tu_name}", False, f"{obj} does not exist")
             continue
@@ -189,6 +197,11 @@ def verify_objects(run: Runner, objects: dict[str, tuple[Path, str]], archs: tup
         want = set(archs)
         report.add(f"cuobjdump: {tu_name}.o has {', '.join(sorted(want))} code", want <= found,
                    f"found ELF for: {', '.join(sorted(found)) or 'nothing'}")
+        if kernels is not None:
+            held = len(_kernel_names(run, obj))
+            report.add(f"cuobjdump: {tu_name}.o holds exactly the {kernels} kernels the API dispatches",
+                       held == kernels, f"it holds {held}: a compiled variant no API path reaches, or one missing "
+                       "(flashbuild/config/families.py: the family's kernels)")
 
 
 def verify_library(run: Runner, library: Path, expect: Expectation, report: Report) -> None:

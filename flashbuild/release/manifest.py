@@ -44,7 +44,8 @@ def _tu_rows(build) -> list[dict]:
     """What each TU is. Not what it cost: wall time, peak memory and cache hits differ on every
     build, and two builds of the same inputs must write the same manifest (the costs stay in
     build/tu-stats.json and the build log)."""
-    rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol, "source": str(tu.source)}
+    rows = [{"name": tu.name, "kind": "kernel", "symbol": tu.symbol,
+             **({"kernels": tu.kernels} if tu.kernels is not None else {}), "source": str(tu.source)}
             for tu in build.plan.kernels]
     rows += [{"name": tu.name, "kind": "host", "source": str(tu.source)} for tu in build.plan.hosts]
     return rows

@@ -16,6 +16,11 @@
 
 namespace fas_fa2 {
 
+// The split-KV kernel's tiles (split_launch.cuh launches it, plan.cpp counts its key blocks):
+// 64 query rows per CTA, and keys per block by head dim, as FA2 tiles it.
+constexpr int kSplitBlockM = 64;
+constexpr int split_block_n(int head_dim) { return head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64; }
+
 struct Kernel {
     fas_dtype dtype;
     int head_dim;

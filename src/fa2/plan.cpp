@@ -18,7 +18,6 @@ using fas::fail_cuda;
 namespace {
 
 constexpr int kMaxSplits = 128;    // largest split count FA2's combine kernel handles
-constexpr int kSplitBlockM = 64;   // query rows per CTA of the split-KV kernel
 constexpr size_t kWorkspaceAlignment = 256;
 
 size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
@@ -116,8 +115,7 @@ void plan_launch(const fas::Layout& layout, bool lse_given, const Kernel* plain_
     const int64_t batch_heads = static_cast<int64_t>(layout.batch_size) * layout.num_heads_q;
     // The split kernel puts batch * heads on grid z.
     if (split_kernel != nullptr && batch_heads <= fas::kMaxGridDimYZ) {
-        const int kernel_head_dim = split_kernel->head_dim;  // block_n must match FA2's dispatch
-        const int block_n = kernel_head_dim <= 64 ? 256 : (kernel_head_dim <= 128 ? 128 : 64);
+        const int block_n = split_block_n(split_kernel->head_dim);
         const int num_n_blocks = (layout.max_seqlen_k + block_n - 1) / block_n;
         const int num_m_blocks = (layout.max_seqlen_q + kSplitBlockM - 1) / kSplitBlockM;
         // Two 128-thread CTAs fit on an SM.
