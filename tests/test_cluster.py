@@ -79,7 +79,7 @@ def test_smoke_builds_through_two_local_servers_byte_for_byte_and_no_step_falls_
     """The build's cluster route end to end, twice, each from an empty sccache folder: the kernel
     TU's nvcc steps compile on the servers (host TUs stay here: compiler.py), none falls back to
     this machine, the artifact verifies, and both builds give the same kernel object and tarball
-    (each cold compile runs cudafe++ in a new temporary folder: families.module_anchor)."""
+    (each cold compile runs cudafe++ in a new temporary folder: kernel_sources.module_anchor)."""
     tools = binaries(repo, tmp_path)
     version = (repo / "VERSION").read_text().strip()
     artifact = repo / "artifacts" / version / "smoke-cuda12.4-sm90a"

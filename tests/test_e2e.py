@@ -225,7 +225,7 @@ def test_a_kernel_tu_of_specializations_compiles_to_the_same_bytes_in_any_folder
     the TU. Control: the same TU without the anchor differs between two folders."""
     from flashbuild.core import fixed_pid
     from flashbuild.toolchains.container import ToolchainContainer, docker_client
-    from flashbuild.config.families import module_anchor
+    from flashbuild.config.kernel_sources import module_anchor
 
     _, _, folder, _ = smoke_artifact
     image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]

@@ -10,7 +10,8 @@ from conftest import write_tree
 from flashbuild.config import families
 from flashbuild.compile.compiler import EntryCompiler
 from flashbuild.core.errors import ConfigError
-from flashbuild.config.families import Family, Upstream, module_anchor
+from flashbuild.config.families import Family, Upstream
+from flashbuild.config.kernel_sources import module_anchor
 from flashbuild.compile.kernelgen import registry_text, write_kernels
 from flashbuild.config.memory import estimate
 from flashbuild.config.options import load_config

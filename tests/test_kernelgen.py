@@ -92,7 +92,7 @@ def test_dtype_values_are_the_headers_fas_dtype_enum(repo):
     """SM90 template arguments and registry lines use these; the header is the truth."""
     import re
 
-    from flashbuild.config.families import DTYPES
+    from flashbuild.config.kernel_sources import DTYPES
 
     header = (repo / "src" / "include" / "flash_attn_standalone.h").read_text()
     enum = {name: int(value) for name, value in re.findall(r"\b(FAS_DTYPE_\w+)\s*=\s*(\d+)", header)}

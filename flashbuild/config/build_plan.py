@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flashbuild.core.errors import CompileError
-from flashbuild.config.families import CODE_PATHS, FAMILIES, HOST, Family, Upstream, module_anchor
+from flashbuild.config.families import CODE_PATHS, FAMILIES, HOST, Family, Upstream
+from flashbuild.config.kernel_sources import module_anchor
 
 if TYPE_CHECKING:  # annotations only: bench/tune_tiles.py uses KernelTU without the YAML stack
     from flashbuild.config.options import Entry, Matrix
