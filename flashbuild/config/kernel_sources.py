@@ -53,7 +53,8 @@ def fa2_args(tu) -> tuple[str, ...]:
 
 
 def fa2_symbol(function: str) -> Callable:
-    return lambda tu: f"flash::{function}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
+    """KernelTU -> the demangled name of `function` (namespace included) instantiated for it."""
+    return lambda tu: f"{function}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
 
 
 def fa2_split_kernels(tu) -> int:
@@ -68,35 +69,31 @@ def fa2_split_kernels(tu) -> int:
     return main + 7 * 2
 
 
-def fa2_split_symbol(tu) -> str:
-    return f"fas_fa2::run_split<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
-
-
-def _fa2_source(tu, what: str, body: list[str]) -> str:
-    lines = [
+def _fa2_source(tu, what: str, include: str, body: list[str]) -> str:
+    """An FA2 TU: its header lines, one #include, then the instantiation (`body`)."""
+    return "\n".join([
         KERNEL_HEADER,
         f"// FlashAttention-2 {what}: {tu.dtype}, head dim {tu.head_dim}, {_causal_word(tu)}.",
         "// Exactly one template instantiation, so this TU gets its own register allocation",
         "// and compiles in its own nvcc process.",
-        '#include "flash_fwd_launch_template.h"',
-        "",
-        "namespace FLASH_NAMESPACE {",
+        f'#include "{include}"',
         "",
         *body,
         "",
-        "}  // namespace FLASH_NAMESPACE",
-        "",
-    ]
-    return "\n".join(lines)
+    ])
 
 
 def render_fa2_fwd(tu) -> str:
     element, causal = DTYPES[tu.dtype].cutlass, _cpp_bool(tu.causal)
-    return _fa2_source(tu, "forward", [
+    return _fa2_source(tu, "forward", "flash_fwd_launch_template.h", [
+        "namespace FLASH_NAMESPACE {",
+        "",
         "template <>",
         f"void run_mha_fwd_<{element}, {tu.head_dim}, {causal}>(Flash_fwd_params &params, cudaStream_t stream) {{",
         f"    run_mha_fwd_hdim{tu.head_dim}<{element}, {causal}>(params, stream);",
         "}",
+        "",
+        "}  // namespace FLASH_NAMESPACE",
     ])
 
 
@@ -104,16 +101,9 @@ def render_fa2_split(tu) -> str:
     """A split-KV TU: our launch of FA2's split kernel (src/fa2/split_launch.cuh), which compiles
     only the variants the C API dispatches."""
     element, causal = DTYPES[tu.dtype].cutlass, _cpp_bool(tu.causal)
-    return "\n".join([
-        KERNEL_HEADER,
-        f"// FlashAttention-2 split-KV forward: {tu.dtype}, head dim {tu.head_dim}, {_causal_word(tu)}.",
-        "// Exactly one template instantiation, so this TU gets its own register allocation",
-        "// and compiles in its own nvcc process.",
-        '#include "fa2/split_launch.cuh"',
-        "",
+    return _fa2_source(tu, "split-KV forward", "fa2/split_launch.cuh", [
         f"template void fas_fa2::run_split<{element}, {tu.head_dim}, {causal}>"
         "(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);",
-        "",
     ])
 
 
