@@ -175,7 +175,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const bool fp8_kv = kernel->kv_dtype == FAS_DTYPE_E4M3;
     LaunchArgs stream_args{};
     std::string no_stream;
-    const int box_rows = stream_box_rows(request.cu_seqlens_k != nullptr, request.page_size);
+    const bool contiguous = request.cu_seqlens_k != nullptr;  // else a paged cache
+    const int box_rows = stream_box_rows(contiguous, request.page_size);
     bool fast_card = device.dram_bytes_per_sm_clock() >= kStreamMinBytesPerSmClock;
 #ifdef FAS_DEV_DECODE_SHAPE  // measuring builds only (bench/dev_library.py --define): 2 stream, else the others
     fast_card = FAS_DEV_DECODE_SHAPE == 2;
@@ -196,7 +197,6 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     DecodeShape shape = kShort;
     try {
         if (stream) {
-            const bool contiguous = request.cu_seqlens_k != nullptr;
             shape = pair                                        ? kPairStream
                     : fast_card && wide_ctas > 0                ? kWideStream
                     : fast_card && contiguous && fine_ctas > 0 ? kFineStream
@@ -299,10 +299,10 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.window_left = layout.window_left;
     a.softcap = layout.softcap;
     a.q_fp8 = layout.dtype == FAS_DTYPE_E4M3;  // an FP8 plan: e4m3 q over the e4m3 caches
-    if (request.cu_seqlens_k != nullptr) a.page_indices = own_page_ids;
+    if (contiguous) a.page_indices = own_page_ids;
 
     plan->kernel = kernel;
-    plan->contiguous_kv = request.cu_seqlens_k != nullptr;
+    plan->contiguous_kv = contiguous;
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
