@@ -3,16 +3,9 @@
 // FlashAttention-2 forward: bf16, head dim 64, causal.
 // Exactly one template instantiation, so this TU gets its own register allocation
 // and compiles in its own nvcc process.
-#include "flash_fwd_launch_template.h"
+#include "fa2/fwd_launch.cuh"
 
-namespace FLASH_NAMESPACE {
-
-template <>
-void run_mha_fwd_<cutlass::bfloat16_t, 64, true>(Flash_fwd_params &params, cudaStream_t stream) {
-    run_mha_fwd_hdim64<cutlass::bfloat16_t, true>(params, stream);
-}
-
-}  // namespace FLASH_NAMESPACE
+template void fas_fa2::run_fwd<cutlass::bfloat16_t, 64, true>(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);
 
 // Names this TU's internal symbols after the TU (not the folder and PID it compiles in).
 extern "C" __attribute__((visibility("hidden"))) void fas_tu_fa2_fwd_hdim64_bf16_causal_sm90() {}

@@ -71,7 +71,7 @@ def test_smoke_is_one_tu(repo):
 def test_symbols_are_the_demangled_instantiations(repo):
     config = load_config(repo / "matrix.yaml")
     symbols = {tu.name: tu.symbol for tu in make_plan(config.matrix("full"), repo).entries[0].kernels}
-    assert symbols["fa2_fwd_hdim128_bf16_causal_sm90"] == "flash::run_mha_fwd_<cutlass::bfloat16_t, 128, true>"
+    assert symbols["fa2_fwd_hdim128_bf16_causal_sm90"] == "fas_fa2::run_fwd<cutlass::bfloat16_t, 128, true>"
     assert symbols["fa2_fwd_split_hdim64_fp16_sm90"] == "fas_fa2::run_split<cutlass::half_t, 64, false>"
     assert symbols["sm90_prefill_hdim128_bf16_causal_sm90"] == "fas_sm90::launch_ragged<1, 1, 128, true>"
     assert symbols["sm90_fp8_prefill_hdim256_e4m3_to_fp16_sm90"] == "fas_sm90::launch_ragged<2, 0, 256, false>"

@@ -12,8 +12,8 @@ def test_committed_kernels_match_the_generator(repo):
 
 def test_one_instantiation_per_file_named_by_its_parameters(repo):
     text = (repo / "kernels" / "fa2_fwd_hdim128_bf16_causal_sm90.cu").read_text()
-    assert text.count("run_mha_fwd_<") == 1
-    assert "run_mha_fwd_<cutlass::bfloat16_t, 128, true>" in text
+    assert text.count("template void fas_fa2::run_fwd<cutlass::bfloat16_t, 128, true>") == 1
+    assert '#include "fa2/fwd_launch.cuh"' in text and "run_mha_fwd" not in text
     split = (repo / "kernels" / "fa2_fwd_split_hdim64_fp16_sm90.cu").read_text()
     assert split.count("template void fas_fa2::run_split<cutlass::half_t, 64, false>") == 1
     assert '#include "fa2/split_launch.cuh"' in split and "run_mha_fwd_splitkv_dispatch" not in split
@@ -114,8 +114,9 @@ def test_registry_declares_each_kernel_under_its_code_paths_guard(repo):
     assert ("namespace fas_paged { template <> cudaError_t launch_paged<FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16>"
             "(const LaunchArgs&, cudaStream_t); template <> cudaError_t occupancy_paged<FAS_DTYPE_BF16, FAS_DTYPE_BF16, "
             "128, true, 16>(DecodeShape, int*); }") in sections["paged"]
-    assert ("namespace FLASH_NAMESPACE { template <> void run_mha_fwd_<cutlass::half_t, 64, true>"
-            "(Flash_fwd_params&, cudaStream_t); }") in sections["fa2"]
+    assert ("namespace fas_fa2 { template <typename Element, int HeadDim, bool Causal> void run_fwd("
+            "FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); extern template void run_fwd<cutlass::half_t, 64, true>"
+            "(FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); }") in sections["fa2"]
     for source, path in (("src/fa2/launch.cu", "fa2"), ("src/sm90/registry.cpp", "sm90"),
                          ("src/paged/registry.cpp", "paged")):
         text = (repo / source).read_text()

@@ -33,6 +33,7 @@ from flashbuild.config.kernel_sources import (
     SM90_DECLARATION,
     SM90_PARAMS,
     fa2_args,
+    fa2_attention_kernels,
     fa2_split_kernels,
     fa2_symbol,
     paged_args,
@@ -170,10 +171,10 @@ FAMILIES = {
     for family in (
         Family(
             name="fa2_fwd", upstream=FLASH_ATTN, api_path="fa2",
-            head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=False,
-            render=render_fa2_fwd, symbol=fa2_symbol("flash::run_mha_fwd_"),
+            head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
+            render=render_fa2_fwd, symbol=fa2_symbol("fas_fa2::run_fwd"),
             registry_macro="FAS_FA2_FWD", registry_params=FA2_PARAMS, registry_args=fa2_args,
-            declaration=FA2_DECLARATION,
+            declaration=FA2_DECLARATION, kernels=fa2_attention_kernels,
         ),
         Family(
             name="fa2_fwd_split", upstream=FLASH_ATTN, api_path="fa2",

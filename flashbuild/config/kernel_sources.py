@@ -57,16 +57,20 @@ def fa2_symbol(function: str) -> Callable:
     return lambda tu: f"{function}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
 
 
-def fa2_split_kernels(tu) -> int:
-    """Kernels of a split-KV TU (src/fa2/split_launch.cuh): per softcap on or off, a local window
-    (non-causal only) and an even head dim, one kernel, two (even tiles or not) where the head
-    dim is even, there is no window and it is at most 128; then the combine kernel for 7 split
-    bounds, with and without an even head dim."""
-    main = 0
+def fa2_attention_kernels(tu) -> int:
+    """Attention kernels of an FA2 TU (src/fa2/fwd_launch.cuh, split_launch.cuh): per softcap on
+    or off, a local window (non-causal only) and an even head dim, one kernel, two (even tiles or
+    not) where the head dim is even, there is no window and it is at most 128."""
+    kernels = 0
     for local in ((False,) if tu.causal else (False, True)):
         for even_k in (False, True):
-            main += 2 * (2 if even_k and not local and tu.head_dim <= 128 else 1)
-    return main + 7 * 2
+            kernels += 2 * (2 if even_k and not local and tu.head_dim <= 128 else 1)
+    return kernels
+
+
+def fa2_split_kernels(tu) -> int:
+    """The attention kernels, then the combine kernel for 7 split bounds, with an even head dim or not."""
+    return fa2_attention_kernels(tu) + 7 * 2
 
 
 def _fa2_source(tu, what: str, include: str, body: list[str]) -> str:
@@ -83,28 +87,22 @@ def _fa2_source(tu, what: str, include: str, body: list[str]) -> str:
     ])
 
 
-def render_fa2_fwd(tu) -> str:
+def _fa2_launch(tu, what: str, header: str, function: str) -> str:
+    """An FA2 TU: one instantiation of our launch of FA2's kernel (src/fa2/), which compiles only
+    the variants the C API dispatches."""
     element, causal = DTYPES[tu.dtype].cutlass, _cpp_bool(tu.causal)
-    return _fa2_source(tu, "forward", "flash_fwd_launch_template.h", [
-        "namespace FLASH_NAMESPACE {",
-        "",
-        "template <>",
-        f"void run_mha_fwd_<{element}, {tu.head_dim}, {causal}>(Flash_fwd_params &params, cudaStream_t stream) {{",
-        f"    run_mha_fwd_hdim{tu.head_dim}<{element}, {causal}>(params, stream);",
-        "}",
-        "",
-        "}  // namespace FLASH_NAMESPACE",
+    return _fa2_source(tu, what, f"fa2/{header}", [
+        f"template void fas_fa2::{function}<{element}, {tu.head_dim}, {causal}>"
+        "(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);",
     ])
+
+
+def render_fa2_fwd(tu) -> str:
+    return _fa2_launch(tu, "forward", "fwd_launch.cuh", "run_fwd")
 
 
 def render_fa2_split(tu) -> str:
-    """A split-KV TU: our launch of FA2's split kernel (src/fa2/split_launch.cuh), which compiles
-    only the variants the C API dispatches."""
-    element, causal = DTYPES[tu.dtype].cutlass, _cpp_bool(tu.causal)
-    return _fa2_source(tu, "split-KV forward", "fa2/split_launch.cuh", [
-        f"template void fas_fa2::run_split<{element}, {tu.head_dim}, {causal}>"
-        "(FLASH_NAMESPACE::Flash_fwd_params &params, cudaStream_t stream);",
-    ])
+    return _fa2_launch(tu, "split-KV forward", "split_launch.cuh", "run_split")
 
 
 def _sm90_template_args(tu) -> str:
@@ -256,11 +254,12 @@ SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # The registry declarations (Family.declaration) of each launch template.
-FA2_DECLARATION = ("namespace FLASH_NAMESPACE {{ template <> void run_mha_fwd_<{ElementType}, {HeadDim}, {IsCausal}>"
-                   "(Flash_fwd_params&, cudaStream_t); }}")
-FA2_SPLIT_DECLARATION = ("namespace fas_fa2 {{ template <typename Element, int HeadDim, bool Causal> void run_split("
-                         "FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); extern template void run_split<"
-                         "{ElementType}, {HeadDim}, {IsCausal}>(FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); }}")
+# Our FA2 launchers (src/fa2/fwd_launch.cuh, split_launch.cuh), one instantiation per TU.
+FA2_DECLARATION, FA2_SPLIT_DECLARATION = (
+    (f"namespace fas_fa2 {{{{ template <typename Element, int HeadDim, bool Causal> void {name}("
+     f"FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); extern template void {name}<"
+     "{ElementType}, {HeadDim}, {IsCausal}>(FLASH_NAMESPACE::Flash_fwd_params&, cudaStream_t); }}")
+    for name in ("run_fwd", "run_split"))
 SM90_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged<{InEnum}, {OutEnum}, {HeadDim}, "
                     "{IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
 

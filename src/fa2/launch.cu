@@ -1,7 +1,7 @@
 // The FA2 kernels of this build and their launch: the only code that includes FA2's headers.
 // The build-generated kernel_registry.inc lists the instantiations; each is defined in its own
-// kernel TU (kernels/fa2_fwd_*.cu): an explicit specialization of run_mha_fwd_ per plain kernel,
-// an explicit instantiation of our run_split (split_launch.cuh) per split-KV kernel.
+// kernel TU (kernels/fa2_fwd_*.cu): an explicit instantiation of our run_fwd (fwd_launch.cuh) per
+// plain kernel, of our run_split (split_launch.cuh) per split-KV kernel.
 #include "fa2/fa2.h"
 
 #include <cutlass/numeric_types.h>
@@ -31,7 +31,7 @@ struct Entry {
 // Ends with a sentinel (launch == nullptr) so that a build without FA2 kernels still has a
 // valid array; the count excludes it.
 #define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal) \
-    {{DtypeEnum, HeadDim, IsCausal, false}, &FLASH_NAMESPACE::run_mha_fwd_<ElementType, HeadDim, IsCausal>},
+    {{DtypeEnum, HeadDim, IsCausal, false}, &fas_fa2::run_fwd<ElementType, HeadDim, IsCausal>},
 #define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal) \
     {{DtypeEnum, HeadDim, IsCausal, true}, &fas_fa2::run_split<ElementType, HeadDim, IsCausal>},
 const Entry kTable[] = {
