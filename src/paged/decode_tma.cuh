@@ -100,19 +100,35 @@ struct Item {
     int page_begin;
 };
 
-template <int Keys>
-__device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
-    Item w;
+// An item's schedule loads, apart so that they can be issued an item or two ahead of its use: its
+// row of the schedule, then (once that has landed) its sequence's bounds.
+struct ItemRow {
+    int request, qo_tile, kv_tile;
+};
+struct ItemSeq {
+    int q_begin, q_end, page_begin, page_end, last_page_len;
+};
+__device__ __forceinline__ ItemRow load_row(const LaunchArgs& a, int index) {
     const int cta = index / a.num_heads_k;
+    return {a.request_indices[cta], a.qo_tile_indices[cta], a.kv_tile_indices[cta]};
+}
+__device__ __forceinline__ ItemSeq load_seq(const LaunchArgs& a, int request) {
+    return {a.q_indptr[request], a.q_indptr[request + 1], a.page_indptr[request], a.page_indptr[request + 1],
+            a.last_page_len[request]};
+}
+
+template <int Keys>
+__device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const ItemRow& r, const ItemSeq& q) {
+    Item w;
     w.kv_head = index % a.num_heads_k;  // KV heads fastest: one sequence's heads read the same rows together
-    w.request = a.request_indices[cta];
-    w.qo_tile = a.qo_tile_indices[cta];
-    w.kv_tile = a.kv_tile_indices[cta];
-    w.q_begin = a.q_indptr[w.request];
-    w.qo_len = a.q_indptr[w.request + 1] - w.q_begin;
-    w.page_begin = a.page_indptr[w.request];
-    const int pages = a.page_indptr[w.request + 1] - w.page_begin;
-    w.kv_len = pages == 0 ? 0 : (pages - 1) * a.page_size + a.last_page_len[w.request];
+    w.request = r.request;
+    w.qo_tile = r.qo_tile;
+    w.kv_tile = r.kv_tile;
+    w.q_begin = q.q_begin;
+    w.qo_len = q.q_end - q.q_begin;
+    w.page_begin = q.page_begin;
+    const int pages = q.page_end - q.page_begin;
+    w.kv_len = pages == 0 ? 0 : (pages - 1) * a.page_size + q.last_page_len;
     const int kv_start = window_start(w.kv_len, w.qo_len, a.window_left);
     const int span = w.kv_len - kv_start;
     const int chunk = a.split ? a.kv_chunk_size[0] : span;
@@ -124,6 +140,38 @@ __device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
     return w;
 }
 
+template <int Keys>
+__device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
+    const ItemRow r = load_row(a, index);
+    return describe<Keys>(a, index, r, load_seq(a, r.request));
+}
+
+// A CTA's items (blockIdx.x, + gridDim.x, ...) in order, each described from loads issued ahead:
+// its schedule row two items before, its sequence's bounds one item before. Described on the
+// spot, an item's two dependent loads (L2 latency each, under a full memory pipe) held the
+// producer between items with its freed slots unfilled, and the consumers with landed stages
+// unread: the cost of many short items (docs/design/decode-roofline.md).
+template <int Keys>
+struct ItemStream {
+    int index;        // the next item take() returns
+    ItemRow row[2];   // of index and index + gridDim.x
+    ItemSeq seq;      // of index
+    __device__ __forceinline__ ItemStream(const LaunchArgs& a, int items) : index(blockIdx.x) {
+        row[0] = index < items ? load_row(a, index) : ItemRow{};
+        seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};
+        row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
+    }
+    // Item `index` (which must be < items), then the loads of the two after it.
+    __device__ __forceinline__ Item take(const LaunchArgs& a, int items) {
+        const Item w = describe<Keys>(a, index, row[0], seq);
+        index += gridDim.x;
+        row[0] = row[1];
+        seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};
+        row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
+        return w;
+    }
+};
+
 // The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
 // box b of a stage (its rows of K, then of V, a copy per segment); its page id is loaded before
 // the wait for the stage's slot, so that the wait hides the load.
@@ -134,8 +182,10 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     const int box = 1 << a.box_shift;
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
     int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
-    for (int index = blockIdx.x; index < a.num_ctas * a.num_heads_k; index += gridDim.x) {
-        const Item w = describe<S::kKeys>(a, index);
+    const int items = a.num_ctas * a.num_heads_k;
+    ItemStream<S::kKeys> ahead(a, items);
+    for (int index = blockIdx.x; index < items; index += gridDim.x) {
+        const Item w = ahead.take(a, items);
         const int32_t* page_ids = a.page_indices + w.page_begin;
         for (int it = 0; it < w.iterations; ++it, ++stage) {
             const int slot = stage % S::kStages;
@@ -230,14 +280,20 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
         flashinfer::cp_async::commit_group();
     };
+    // 16-bit one-block consumers describe the next item (for its Q copy) from loads issued an item
+    // ahead; the others on the spot: their kernels, held to 168 registers, spilled more with the
+    // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-roofline.md).
+    constexpr bool kAhead = !kFp8 && RowBlocks == 1;
+    ItemStream<S::kKeys> ahead(a, kAhead ? items : 0);
+    const auto take = [&](int index) { return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index); };
     Item next{};
     if (!kFp8 && static_cast<int>(blockIdx.x) < items) {
-        next = describe<S::kKeys>(a, blockIdx.x);
+        next = take(blockIdx.x);
         copy_q(next, q_smem);
     }
     int stage = 0, buffer = 0;
     for (int index = blockIdx.x; index < items; index += gridDim.x, buffer ^= 1) {
-        const Item w = kFp8 ? describe<S::kKeys>(a, index) : next;
+        const Item w = kFp8 ? take(index) : next;
         uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
         const int row0 = w.qo_tile * kRows;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
@@ -255,7 +311,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             if (a.v_descale != nullptr) v_scale = a.v_descale[w.kv_head];
         } else {
             if (index + static_cast<int>(gridDim.x) < items) {  // the other buffer's item is done
-                next = describe<S::kKeys>(a, index + gridDim.x);
+                next = take(index + gridDim.x);
                 copy_q(next, q_smem + (buffer ^ 1) * S::kQBytes);
             } else {
                 flashinfer::cp_async::commit_group();  // an empty group: wait_group<1> below stays right
