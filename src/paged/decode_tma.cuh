@@ -173,8 +173,9 @@ struct ItemStream {
 };
 
 // The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
-// box b of a stage (its rows of K, then of V, a copy per segment); its page id is loaded before
-// the wait for the stage's slot, so that the wait hides the load.
+// box b of a stage (its rows of K, then of V, a copy per segment); its page id is loaded, and the
+// copies' coordinates computed, before the wait for the stage's slot: anything after the wait sits
+// on the copies' path (moved there, it cost contiguous keys 8-15%; docs/design/decode-roofline.md).
 template <typename S>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
                                         int lane) {
