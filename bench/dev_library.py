@@ -40,7 +40,7 @@ FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_
 UPSTREAM = [f"-I{FLASHINFER}/cccl/cub", f"-I{FLASHINFER}/cccl/libcudacxx/include", f"-I{FLASHINFER}/cccl/thrust",
             f"-I{FLASHINFER}/include", "-isystem", f"{FLASHINFER}/cutlass/include",
             "-isystem", f"{FLASHINFER}/cutlass/tools/util/include",
-            "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG"]
+            "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG", "-DFLASHINFER_CUTLASS_UTILS_CUH_"]
 OWN = [f"-I{REPO}/src/include", f"-I{REPO}/src"]
 
 

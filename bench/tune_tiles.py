@@ -160,7 +160,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     upstream = [f"-I{root}/fi/cccl/cub", f"-I{root}/fi/cccl/libcudacxx/include", f"-I{root}/fi/cccl/thrust",
                 f"-I{root}/fi/include", "-isystem", f"{root}/fi/cutlass/include",
                 "-isystem", f"{root}/fi/cutlass/tools/util/include",
-                "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG"]
+                "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG", "-DFLASHINFER_CUTLASS_UTILS_CUH_"]
     # first_include: a folder whose src/-relative headers replace ours (experiments).
     own = ([f"-I{first_include.resolve()}"] if first_include else []) + [f"-I{REPO}/src/include", f"-I{REPO}/src"]
     gen = out / "gen"

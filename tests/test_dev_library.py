@@ -1,6 +1,6 @@
-"""bench/dev_library.py spells the matrix's nvcc flags itself (it runs on the GPU machine without a
-YAML parser); a dev build must compile with the flags the pipeline uses, or its timings and device
-code describe another build."""
+"""bench/dev_library.py spells the matrix's nvcc flags and FlashInfer's defines itself (it runs on
+the GPU machine without a YAML parser); a dev build must compile with the flags the pipeline uses,
+or its timings and device code describe another build."""
 import importlib.util
 from pathlib import Path
 
@@ -24,3 +24,10 @@ def test_dev_builds_compile_with_every_matrix_entrys_flags_and_arch():
         for entry in matrix.entries:
             assert flags == [*entry.flags, *gencode_flags(entry.archs), "-Xcompiler=-fPIC"], (
                 f"bench/dev_library.py FLAGS differ from matrix.yaml entry {entry.name}: update the list")
+
+
+def test_dev_builds_compile_flashinfer_tus_with_the_records_defines():
+    from flashbuild.config.families import FLASHINFER_SM90
+    upstream = _dev_library().UPSTREAM
+    assert [flag for flag in upstream if flag.startswith("-D")] == list(FLASHINFER_SM90.defines), (
+        "bench/dev_library.py UPSTREAM's defines differ from flashbuild/config/families.py FLASHINFER_SM90")
