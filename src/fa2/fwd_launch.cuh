@@ -30,33 +30,14 @@ template <typename Element, int HeadDim, bool Causal>
 void run_fwd(FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stream) {
     using Tiles = FwdTiles<HeadDim>;
     using Traits = ::Flash_fwd_kernel_traits<HeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kWarps, false, false, Element>;
-    constexpr size_t kSmem = Traits::kSmemSize;
     const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const dim3 grid(m_blocks, params.b, params.h);
-    const bool even_mn = params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr &&
-                         params.seqlen_k % Traits::kBlockN == 0 && params.seqlen_q % Traits::kBlockM == 0;
-    const bool even_k = params.d == HeadDim;
-    const bool local = (params.window_size_left >= 0 || params.window_size_right >= 0) && !Causal;
-    using split_detail::with_flag;
-    with_flag(even_mn, [&](auto even_mn_flag) {
-        with_flag(even_k, [&](auto even_k_flag) {
-            with_flag(local, [&](auto local_flag) {
-                with_flag(params.softcap > 0.f, [&](auto softcap_flag) {
-                    constexpr bool kEvenK = decltype(even_k_flag)::value;
-                    constexpr bool kLocal = decltype(local_flag)::value;
-                    // FA2's own reductions of the variant set, as in the split launch.
-                    constexpr bool kEvenMN = decltype(even_mn_flag)::value && kEvenK && !kLocal && HeadDim <= 128;
-                    auto kernel = &FLASH_NAMESPACE::flash_fwd_kernel<
-                        Traits, /*Is_dropout=*/false, Causal, kLocal && !Causal, /*Has_alibi=*/false, kEvenMN, kEvenK,
-                        decltype(softcap_flag)::value, /*Return_softmax=*/false>;
-                    if (kSmem >= 48 * 1024) {
-                        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-                    }
-                    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
-                    C10_CUDA_KERNEL_LAUNCH_CHECK();
-                });
-            });
-        });
+    launch_detail::with_variant<Traits, HeadDim, Causal>(params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
+        launch_detail::launch_attention<Traits>(
+            &FLASH_NAMESPACE::flash_fwd_kernel<Traits, /*Is_dropout=*/false, Causal, decltype(local)::value,
+                                               /*Has_alibi=*/false, decltype(even_mn)::value, decltype(even_k)::value,
+                                               decltype(softcap)::value, /*Return_softmax=*/false>,
+            grid, params, stream);
     });
 }
 

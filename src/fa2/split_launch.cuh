@@ -17,7 +17,7 @@
 
 namespace fas_fa2 {
 
-namespace split_detail {
+namespace launch_detail {
 
 // fn(std::bool_constant<value>{}): a runtime flag as a compile-time one.
 template <typename Fn>
@@ -27,6 +27,42 @@ void with_flag(bool value, const Fn& fn) {
     } else {
         fn(std::false_type{});
     }
+}
+
+// fn(even_mn, even_k, local, softcap), each a std::bool_constant: the variant of an FA2 attention
+// kernel with Traits' tiles that a plan's params select, with FA2's own reductions of the set (an
+// uneven head dim or a window takes the uneven-tile code, and so does every head dim over 128; a
+// causal plan has no window). The forward and split-KV launches dispatch through it alike.
+template <typename Traits, int HeadDim, bool Causal, typename Fn>
+void with_variant(const FLASH_NAMESPACE::Flash_fwd_params& params, const Fn& fn) {
+    const bool even_mn = params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr &&
+                         params.seqlen_k % Traits::kBlockN == 0 && params.seqlen_q % Traits::kBlockM == 0;
+    const bool even_k = params.d == HeadDim;
+    const bool local = (params.window_size_left >= 0 || params.window_size_right >= 0) && !Causal;
+    with_flag(even_mn, [&](auto even_mn_flag) {
+        with_flag(even_k, [&](auto even_k_flag) {
+            with_flag(local, [&](auto local_flag) {
+                with_flag(params.softcap > 0.f, [&](auto softcap_flag) {
+                    constexpr bool kEvenK = decltype(even_k_flag)::value;
+                    constexpr bool kLocal = decltype(local_flag)::value;
+                    constexpr bool kEvenMN = decltype(even_mn_flag)::value && kEvenK && !kLocal && HeadDim <= 128;
+                    fn(std::bool_constant<kEvenMN>{}, even_k_flag, std::bool_constant<kLocal && !Causal>{},
+                       softcap_flag);
+                });
+            });
+        });
+    });
+}
+
+// Launches one FA2 attention kernel with Traits' threads and dynamic shared memory.
+template <typename Traits, typename Kernel>
+void launch_attention(Kernel kernel, dim3 grid, FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stream) {
+    constexpr size_t kSmem = Traits::kSmemSize;
+    if (kSmem >= 48 * 1024) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    }
+    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // The combine kernel for up to 2^LogMaxSplits splits (FA2 unrolls its loads over that many).
@@ -56,47 +92,27 @@ void launch_combine(FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stre
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-}  // namespace split_detail
+}  // namespace launch_detail
 
 // One split-KV attention of FA2 (params.num_splits > 1, as plan.cpp plans it) and its combine.
 // Tiles as FA2's split dispatch: 64 query rows, split_block_n(HeadDim) keys (fa2.h), 4 warps.
 template <typename Element, int HeadDim, bool Causal>
 void run_split(FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stream) {
     using Traits = ::Flash_fwd_kernel_traits<HeadDim, kSplitBlockM, split_block_n(HeadDim), 4, false, false, Element>;
-    constexpr size_t kSmem = Traits::kSmemSize;
     const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const dim3 grid(m_blocks, params.num_splits, params.b * params.h);
-    const bool even_mn = params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr &&
-                         params.seqlen_k % Traits::kBlockN == 0 && params.seqlen_q % Traits::kBlockM == 0;
-    const bool even_k = params.d == HeadDim;
-    const bool local = (params.window_size_left >= 0 || params.window_size_right >= 0) && !Causal;
-    using split_detail::with_flag;
-    with_flag(even_mn, [&](auto even_mn_flag) {
-        with_flag(even_k, [&](auto even_k_flag) {
-            with_flag(local, [&](auto local_flag) {
-                with_flag(params.softcap > 0.f, [&](auto softcap_flag) {
-                    constexpr bool kEvenK = decltype(even_k_flag)::value;
-                    constexpr bool kLocal = decltype(local_flag)::value;
-                    // FA2's own reductions of the variant set: an uneven head dim or a window
-                    // takes the uneven-tile code, and so does every head dim over 128.
-                    constexpr bool kEvenMN = decltype(even_mn_flag)::value && kEvenK && !kLocal && HeadDim <= 128;
-                    auto kernel = &FLASH_NAMESPACE::flash_fwd_splitkv_kernel<
-                        Traits, Causal, kLocal && !Causal, /*Has_alibi=*/false, kEvenMN, kEvenK,
-                        decltype(softcap_flag)::value, /*Split=*/true, /*Append_KV=*/false>;
-                    if (kSmem >= 48 * 1024) {
-                        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-                    }
-                    kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
-                    C10_CUDA_KERNEL_LAUNCH_CHECK();
-                });
-            });
-        });
+    launch_detail::with_variant<Traits, HeadDim, Causal>(params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
+        launch_detail::launch_attention<Traits>(
+            &FLASH_NAMESPACE::flash_fwd_splitkv_kernel<Traits, Causal, decltype(local)::value, /*Has_alibi=*/false,
+                                                       decltype(even_mn)::value, decltype(even_k)::value,
+                                                       decltype(softcap)::value, /*Split=*/true, /*Append_KV=*/false>,
+            grid, params, stream);
     });
     // Rows of the combine per CTA: as few as keep each thread's loads whole.
     constexpr int kCombineRows = HeadDim % 128 == 0 ? 4 : HeadDim % 64 == 0 ? 8 : 16;
     const dim3 combine_grid((params.b * params.h * params.seqlen_q + kCombineRows - 1) / kCombineRows);
-    with_flag(even_k, [&](auto even_k_flag) {
-        split_detail::launch_combine<Traits, kCombineRows, decltype(even_k_flag)::value>(params, stream, combine_grid);
+    launch_detail::with_flag(params.d == HeadDim, [&](auto even_k) {
+        launch_detail::launch_combine<Traits, kCombineRows, decltype(even_k)::value>(params, stream, combine_grid);
     });
 }
 
