@@ -82,7 +82,7 @@ def test_symbols_are_the_demangled_instantiations(repo):
 def test_estimates_prefer_recorded_peaks(repo):
     entry = load_config(repo / "matrix.yaml").matrix("smoke").entries[0]
     default, origin = estimate(entry, "fa2_fwd_hdim64_fp16_sm90", "fa2_fwd", {})
-    assert origin == "matrix default" and default == int(5.0 * 1024**3)
+    assert origin == "matrix default" and default == int(entry.memory_estimates_gb["fa2_fwd"] * 1024**3)
     recorded, origin = estimate(entry, "fa2_fwd_hdim64_fp16_sm90", "fa2_fwd",
                                 {"fa2_fwd_hdim64_fp16_sm90@sm_90a": 3_000_000_000})
     assert (recorded, origin) == (3_000_000_000, "recorded")

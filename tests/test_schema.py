@@ -147,8 +147,8 @@ def line_of(text, needle):
 
 ANCHOR_MISTAKES = {
     # in the schema: a memory estimate of no memory
-    "schema": ("  fa2_fwd: 5.0", "  fa2_fwd: -5.0", "memory_estimates_gb.fa2_fwd: -5.0 is less than or equal to "
-               "the minimum of 0", "memory_estimates"),
+    "schema": ("  fa2_fwd_split: 5.0", "  fa2_fwd_split: -5.0",
+               "memory_estimates_gb.fa2_fwd_split: -5.0 is less than or equal to the minimum of 0", "memory_estimates"),
     # in the family records: an estimate for a family that does not exist
     "families": ("  host: 1.5", "  host: 1.5\n  fa3_fwd: 2.0", "memory_estimates_gb: unknown key 'fa3_fwd'",
                  "memory_estimates"),
@@ -214,10 +214,10 @@ def test_a_matrix_file_of_megabytes_is_refused_before_parsing(tmp_path):
 
 
 def test_a_number_that_is_not_finite_is_refused_with_its_place(repo, tmp_path):
-    text = (repo / "matrix.yaml").read_text().replace("fa2_fwd: 5.0", "fa2_fwd: .nan", 1)
+    text = (repo / "matrix.yaml").read_text().replace("fa2_fwd_split: 5.0", "fa2_fwd_split: .nan", 1)
     with pytest.raises(ConfigError) as raised:
         load_config(write(tmp_path, text))
-    assert "memory_estimates_gb.fa2_fwd" in raised.value.message and "nan, not a finite number" in raised.value.message
+    assert "memory_estimates_gb.fa2_fwd_split" in raised.value.message and "nan, not a finite number" in raised.value.message
     text = (repo / "matrix.yaml").read_text().replace("host: 1.5", "host: .inf", 1)
     with pytest.raises(ConfigError, match=r"memory_estimates_gb.host.*inf, not a finite number"):
         load_config(write(tmp_path, text))
