@@ -12,7 +12,7 @@
 
 #include "flash_fwd_launch_template.h"
 
-#include "fa2/split_launch.cuh"
+#include "fa2/variant_launch.cuh"
 
 namespace fas_fa2 {
 
