@@ -37,10 +37,12 @@ FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_
          "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
          "--expt-extended-lambda", "--use_fast_math", "-DCUTLASS_ENABLE_GDC_FOR_SM90",
          "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-fPIC"]
+# FlashInfer's defines (families.py's FLASHINFER_SM90 record; the test holds the two equal).
+FLASHINFER_DEFINES = ["-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG",
+                      "-DFLASHINFER_CUTLASS_UTILS_CUH_"]
 UPSTREAM = [f"-I{FLASHINFER}/cccl/cub", f"-I{FLASHINFER}/cccl/libcudacxx/include", f"-I{FLASHINFER}/cccl/thrust",
             f"-I{FLASHINFER}/include", "-isystem", f"{FLASHINFER}/cutlass/include",
-            "-isystem", f"{FLASHINFER}/cutlass/tools/util/include",
-            "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG", "-DFLASHINFER_CUTLASS_UTILS_CUH_"]
+            "-isystem", f"{FLASHINFER}/cutlass/tools/util/include", *FLASHINFER_DEFINES]
 OWN = [f"-I{REPO}/src/include", f"-I{REPO}/src"]
 
 

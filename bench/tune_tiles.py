@@ -37,7 +37,8 @@ from flashbuild.compile.kernelgen import registry_text  # noqa: E402
 from flashbuild.config.build_plan import KernelTU  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from dev_library import FLAGS  # noqa: E402  (the matrix's hopper flags plus the arch)
+# The matrix's hopper flags plus the arch, and FlashInfer's defines, as dev builds take them.
+from dev_library import FLAGS, FLASHINFER_DEFINES  # noqa: E402
 FLASHINFER = "third_party/flashinfer-python-0.7.2.post1/flashinfer/data"
 FA2_SRC = "third_party/flash-attn-2.8.3/flash_attn-2.8.3/csrc/flash_attn/src"
 # What the SM90 and host TUs include from the pinned upstreams (archive name -> repo path).
@@ -159,8 +160,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
             tar.extractall(root)
     upstream = [f"-I{root}/fi/cccl/cub", f"-I{root}/fi/cccl/libcudacxx/include", f"-I{root}/fi/cccl/thrust",
                 f"-I{root}/fi/include", "-isystem", f"{root}/fi/cutlass/include",
-                "-isystem", f"{root}/fi/cutlass/tools/util/include",
-                "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16", "-DNDEBUG", "-DFLASHINFER_CUTLASS_UTILS_CUH_"]
+                "-isystem", f"{root}/fi/cutlass/tools/util/include", *FLASHINFER_DEFINES]
     # first_include: a folder whose src/-relative headers replace ours (experiments).
     own = ([f"-I{first_include.resolve()}"] if first_include else []) + [f"-I{REPO}/src/include", f"-I{REPO}/src"]
     gen = out / "gen"

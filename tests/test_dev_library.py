@@ -28,6 +28,7 @@ def test_dev_builds_compile_with_every_matrix_entrys_flags_and_arch():
 
 def test_dev_builds_compile_flashinfer_tus_with_the_records_defines():
     from flashbuild.config.families import FLASHINFER_SM90
-    upstream = _dev_library().UPSTREAM
-    assert [flag for flag in upstream if flag.startswith("-D")] == list(FLASHINFER_SM90.defines), (
-        "bench/dev_library.py UPSTREAM's defines differ from flashbuild/config/families.py FLASHINFER_SM90")
+    dev = _dev_library()
+    assert dev.FLASHINFER_DEFINES == list(FLASHINFER_SM90.defines), (
+        "bench/dev_library.py FLASHINFER_DEFINES differ from flashbuild/config/families.py FLASHINFER_SM90")
+    assert [flag for flag in dev.UPSTREAM if flag.startswith("-D")] == dev.FLASHINFER_DEFINES
