@@ -30,6 +30,7 @@
 
 #include <flashinfer/cp_async.cuh>
 
+#include "paged/decode_items.cuh"
 #include "paged/decode_math.cuh"
 #include "paged/decode_shape.h"
 
@@ -90,115 +91,56 @@ __device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
     }
 }
 
-// One work item (a 16-row query tile x KV chunk x KV head): what producer and consumers agree on.
-struct Item {
-    int request, qo_tile, kv_tile, kv_head;
-    int q_begin, qo_len, kv_len, kv_begin, kv_end;
-    int first;       // the first stage's first key: kv_begin rounded down to a whole box
-    int iterations;  // stages
-    int num_chunks;
-    int page_begin;
-};
-
-// An item's schedule loads, apart so that they can be issued an item or two ahead of its use: its
-// row of the schedule, then (once that has landed) its sequence's bounds.
-struct ItemRow {
-    int request, qo_tile, kv_tile;
-};
-struct ItemSeq {
-    int q_begin, q_end, page_begin, page_end, last_page_len;
-};
-__device__ __forceinline__ ItemRow load_row(const LaunchArgs& a, int index) {
-    const int cta = index / a.num_heads_k;
-    return {a.request_indices[cta], a.qo_tile_indices[cta], a.kv_tile_indices[cta]};
-}
-__device__ __forceinline__ ItemSeq load_seq(const LaunchArgs& a, int request) {
-    return {a.q_indptr[request], a.q_indptr[request + 1], a.page_indptr[request], a.page_indptr[request + 1],
-            a.last_page_len[request]};
-}
-
-template <int Keys>
-__device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const ItemRow& r, const ItemSeq& q) {
-    Item w;
-    w.kv_head = index % a.num_heads_k;  // KV heads fastest: one sequence's heads read the same rows together
-    w.request = r.request;
-    w.qo_tile = r.qo_tile;
-    w.kv_tile = r.kv_tile;
-    w.q_begin = q.q_begin;
-    w.qo_len = q.q_end - q.q_begin;
-    w.page_begin = q.page_begin;
-    const int pages = q.page_end - q.page_begin;
-    w.kv_len = pages == 0 ? 0 : (pages - 1) * a.page_size + q.last_page_len;
-    const int kv_start = window_start(w.kv_len, w.qo_len, a.window_left);
-    const int span = w.kv_len - kv_start;
-    const int chunk = a.split ? a.kv_chunk_size[0] : span;
-    w.kv_begin = kv_start + (a.split ? min(w.kv_tile * chunk, span) : 0);
-    w.kv_end = a.split ? min(w.kv_begin + chunk, w.kv_len) : w.kv_len;
-    w.first = w.kv_begin >> a.box_shift << a.box_shift;
-    w.iterations = w.kv_end > w.kv_begin ? (w.kv_end - w.first + Keys - 1) / Keys : 0;
-    w.num_chunks = a.split ? (max(span, 1) + chunk - 1) / chunk : 1;
-    return w;
-}
-
-template <int Keys>
-__device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
-    const ItemRow r = load_row(a, index);
-    return describe<Keys>(a, index, r, load_seq(a, r.request));
-}
-
-// A CTA's items (blockIdx.x, + gridDim.x, ...) in order, each described from loads issued ahead:
-// its schedule row two items before, its sequence's bounds one item before. Described on the
-// spot, an item's two dependent loads (L2 latency each, under a full memory pipe) held the
-// producer between items with its freed slots unfilled, and the consumers with landed stages
-// unread: the cost of many short items (docs/design/decode-roofline.md).
-template <int Keys>
-struct ItemStream {
-    int index;        // the next item take() returns
-    ItemRow row[2];   // of index and index + gridDim.x
-    ItemSeq seq;      // of index
-    __device__ __forceinline__ ItemStream(const LaunchArgs& a, int items) : index(blockIdx.x) {
-        row[0] = index < items ? load_row(a, index) : ItemRow{};
-        seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};
-        row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
-    }
-    // Item `index` (which must be < items), then the loads of the two after it.
-    __device__ __forceinline__ Item take(const LaunchArgs& a, int items) {
-        const Item w = describe<Keys>(a, index, row[0], seq);
-        index += gridDim.x;
-        row[0] = row[1];
-        seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};
-        row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
-        return w;
-    }
-};
-
 // The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
-// box b of a stage (its rows of K, then of V, a copy per segment); its page id is loaded, and the
-// copies' coordinates computed, before the wait for the stage's slot: anything after the wait sits
-// on the copies' path (moved there, it cost contiguous keys 8-15%; docs/design/decode-roofline.md).
-template <typename S>
+// box b of a stage (its rows of K, then of V, a copy per segment). Over a paged cache its page id
+// comes from the stage's id group (StageIds), loaded a group ahead, the next group's loads issued
+// after the stage's copies; over contiguous KV (Flat) a row is the sequence's first row,
+// looked up once per item, plus the key. Nothing issued between a slot's release and its copies
+// may delay them (a lookup moved there cost contiguous keys 8-15%; docs/design/decode-roofline.md).
+template <typename S, bool Flat>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
                                         int lane) {
     static_assert(S::kKeys / kMinStreamBox <= 32, "a lane per box");
     const int box = 1 << a.box_shift;
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
+    const int id_shift = 5 - (StageIds<S::kKeys>::kKeysShift - a.box_shift);  // 1 << id_shift: stages of an id group
     int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
     const int items = a.num_ctas * a.num_heads_k;
     ItemStream<S::kKeys> ahead(a, items);
+    StageIds<S::kKeys> ids, next, upcoming;  // id groups: this stage's, the item's next, the next item's first
+    struct FirstRow {
+        int index = -1, row = 0;
+    } next_first;  // contiguous KV: the next item's first row
     for (int index = blockIdx.x; index < items; index += gridDim.x) {
         const Item w = ahead.take(a, items);
-        const int32_t* page_ids = a.page_indices + w.page_begin;
+        // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
+        // first page's id locates all of them; looked up during the item before where it can be.
+        const int first_row = !Flat || w.iterations == 0 ? 0
+                              : next_first.index == index ? next_first.row
+                                                          : a.page_indices[w.page_begin] * a.page_size;
+        // The stage after whose copies the next item's first id group (or row) is loaded: a group
+        // before the item's end, once take()'s loads of its description have had two stages to land.
+        const int next_item_at = max(w.iterations - (1 << id_shift), min(2, w.iterations - 1));
         for (int it = 0; it < w.iterations; ++it, ++stage) {
             const int slot = stage % S::kStages;
             const int base = w.first + it * S::kKeys;
             const int boxes = (min(S::kKeys, w.kv_end - base) + box - 1) / box;
-            int row = 0, page = 0;
-            if (lane < boxes) {
-                const int key = base + lane * box;
+            const bool new_id_group = !Flat && (it & ((1 << id_shift) - 1)) == 0;
+            if (new_id_group) {
+                if (it == 0 && upcoming.index == index) {
+                    ids = upcoming;
+                } else if (it > 0 && next.index == index && next.first == it) {
+                    ids = next;
+                } else {  // not loaded ahead (a CTA's first item, or one after an item without keys)
+                    ids.load(a, w, index, it, a.box_shift, page_shift, lane);
+                }
+            }
+            const int key = base + lane * box;
+            int row = first_row + key, page = 0;
+            if constexpr (!Flat) {
                 const int page_slot = page_shift >= 0 ? key >> page_shift : key / a.page_size;
-                page = page_ids[page_slot];
+                page = ids.at(it, lane, a.box_shift);
                 row = key - page_slot * a.page_size;
-                if (a.tma_flat) row += page * a.page_size, page = 0;
             }
             if (stage >= S::kStages) tma::wait(&empty[slot], ((stage / S::kStages) + 1) & 1);
             if (lane == 0) tma::arrive_expect(&full[slot], 2 * boxes * box * S::kRowBytes);
@@ -210,6 +152,17 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
                     uint8_t* const at = k_box + seg * S::kKeys * S::kSegBytes;
                     tma::copy(at, &a.k_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
                     tma::copy(at + S::kTileBytes, &a.v_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
+                }
+            }
+            if (new_id_group && it + (1 << id_shift) < w.iterations) {
+                next.load(a, w, index, it + (1 << id_shift), a.box_shift, page_shift, lane);
+            }
+            if (it == next_item_at && ahead.index < items) {
+                const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq);
+                if constexpr (Flat) {
+                    next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
+                } else {
+                    upcoming.load(a, n, ahead.index, 0, a.box_shift, page_shift, lane);
                 }
             }
         }
@@ -245,7 +198,11 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
     if (warp == S::kConsumerWarps) {
-        produce<S>(a, ring, full, empty, lane);
+        if (a.tma_flat) {
+            produce<S, true>(a, ring, full, empty, lane);
+        } else {
+            produce<S, false>(a, ring, full, empty, lane);
+        }
         return;
     }
 
