@@ -189,9 +189,28 @@ class KvAppendArgs(_Sized):
     ]
 
 
+MERGE_MAX_STATES = 16  # FAS_MERGE_MAX_STATES
+
+
+class MergeStatesArgs(_Sized):
+    """fas_merge_states_args"""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t), ("dtype", ENUM_CTYPE), ("num_states", ctypes.c_int),
+        ("num_tokens", ctypes.c_int), ("num_heads", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("v", ctypes.c_void_p * MERGE_MAX_STATES), ("lse", ctypes.c_void_p * MERGE_MAX_STATES),
+        ("token_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64),
+        ("lse_token_stride", ctypes.c_int64 * MERGE_MAX_STATES), ("lse_head_stride", ctypes.c_int64 * MERGE_MAX_STATES),
+        ("out", ctypes.c_void_p), ("out_token_stride", ctypes.c_int64), ("out_head_stride", ctypes.c_int64),
+        ("out_lse", ctypes.c_void_p), ("out_lse_token_stride", ctypes.c_int64), ("out_lse_head_stride", ctypes.c_int64),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 STRUCTS = {
     "fas_fwd_args": FwdArgs,
     "fas_kv_append_args": KvAppendArgs,
+    "fas_merge_states_args": MergeStatesArgs,
     "fas_kernel_info": KernelInfo,
     "fas_plan_args": PlanArgs,
     "fas_plan_run_args": PlanRunArgs,
@@ -223,6 +242,8 @@ PROTOTYPES = {
     "fas_query_paged_support": (ENUM_CTYPE, [ENUM_CTYPE, _INT, _INT, _INT, _INT, _P(_INT)]),
     "fas_kv_append_args_init": (None, [_P(KvAppendArgs)]),
     "fas_kv_append": (ENUM_CTYPE, [_P(KvAppendArgs)]),
+    "fas_merge_states_args_init": (None, [_P(MergeStatesArgs)]),
+    "fas_merge_states": (ENUM_CTYPE, [_P(MergeStatesArgs)]),
 }
 
 

@@ -44,8 +44,10 @@ def header_structs() -> dict:
     for tag, body, name in re.findall(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", header_text(), re.S):
         fields = []
         for declaration in filter(str.strip, body.split(";")):
+            # One field per declaration, plain or a fixed-size array (fas_merge_states_args.v).
+            declaration = re.sub(r"\[\s*\w+\s*\]\s*$", "", declaration.strip())
             assert "," not in declaration and "[" not in declaration and "(" not in declaration, \
-                f"{name}: the layout test's parser reads one plain field per declaration, not {declaration.strip()!r}"
+                f"{name}: the layout test's parser reads one field per declaration, not {declaration!r}"
             fields.append(re.search(r"(\w+)\s*$", declaration).group(1))
         structs[name] = fields
     return structs

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "api/fwd.h"
 #include "api/kv_append.h"
+#include "api/merge.h"
 #include "api/plan.h"
 #include "api/registry.h"
 #include "core/status.h"
@@ -45,6 +46,12 @@ void fas_kv_append_args_init(fas_kv_append_args* args) { init_args(args); }
 
 fas_status fas_kv_append(const fas_kv_append_args* args) {
     return fas::guarded([&] { return fas::kv_append(args); });
+}
+
+void fas_merge_states_args_init(fas_merge_states_args* args) { init_args(args); }
+
+fas_status fas_merge_states(const fas_merge_states_args* args) {
+    return fas::guarded([&] { return fas::merge_states(args); });
 }
 
 fas_status fas_fwd(const fas_fwd_args* args) {

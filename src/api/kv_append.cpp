@@ -15,22 +15,6 @@ namespace fas {
 
 namespace {
 
-fas_status check_device_pointer(const void* pointer, size_t alignment, const char* name, const char* what) {
-    if (pointer == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass the DEVICE ", what));
-    if (!is_aligned(pointer, alignment)) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not ", alignment, "-byte aligned"));
-    }
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-        cudaGetLastError();
-        return FAS_SUCCESS;  // not known to the runtime: left to the launch
-    }
-    if (attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeUnregistered) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is host memory; pass the DEVICE ", what));
-    }
-    return FAS_SUCCESS;
-}
-
 fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* launch) {
     if (!is_16bit_dtype(args.dtype)) return fail_bad_dtype(args.dtype);
     if (args.cache_dtype != args.dtype && args.cache_dtype != FAS_DTYPE_E4M3) {

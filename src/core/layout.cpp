@@ -220,4 +220,20 @@ fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char
     return FAS_SUCCESS;
 }
 
+fas_status check_device_pointer(const void* pointer, size_t alignment, const char* name, const char* what) {
+    if (pointer == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is NULL; pass the DEVICE ", what));
+    if (!is_aligned(pointer, alignment)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is not ", alignment, "-byte aligned"));
+    }
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+        cudaGetLastError();
+        return FAS_SUCCESS;  // not known to the runtime: left to the launch
+    }
+    if (attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeUnregistered) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT, concat(name, " is host memory; pass the DEVICE ", what));
+    }
+    return FAS_SUCCESS;
+}
+
 }  // namespace fas

@@ -112,6 +112,11 @@ fas_status check_tensors(const Layout& layout, const void* q, const void* k, con
 // `contents` says what it holds, for the message ("batch_size int32 key counts").
 fas_status check_host_array(const int32_t* values, const char* name, const char* contents);
 
+// A device array an op reads or writes: present, `alignment`-byte aligned, and not host memory
+// where the runtime knows it (unknown pointers are left to the launch). `what` says what it
+// holds, for the message ("paged cache").
+fas_status check_device_pointer(const void* pointer, size_t alignment, const char* name, const char* what);
+
 // Host offsets of a plan: present, on the host, non-negative and non-decreasing.
 fas_status check_host_offsets(const int32_t* offsets, int batch_size, const char* name);
 

@@ -290,8 +290,10 @@ FAS_API fas_status fas_check_device(int device);
 } /* extern "C" */
 #endif
 
-/* The plan API (PLANS, PAGED KV CACHE): including this header gives the whole C API. */
+/* The plan API (PLANS, PAGED KV CACHE), KV APPEND and MERGE STATES: including this header gives
+ * the whole C API. */
 #include "flash_attn_standalone_plan.h"
 #include "flash_attn_standalone_kv_append.h"
+#include "flash_attn_standalone_merge.h"
 
 #endif /* FLASH_ATTN_STANDALONE_H */

@@ -42,12 +42,12 @@ struct Options {
     std::vector<int> seqlens{1, 100, 1029};
     uint64_t seed = 20250101;
     bool quick = false;
-    std::string only;  // "" = every group; else attention, paged, append or misuse
+    std::string only;  // "" = every group; else attention, paged, append, merge or misuse
 };
 
 void print_usage(FILE* stream, const char* program) {
     std::fprintf(stream,
-                 "usage: %s [--dtype fp16|bf16|all] [--quick] [--seed N] [--only attention|paged|append|misuse]\n"
+                 "usage: %s [--dtype fp16|bf16|all] [--quick] [--seed N] [--only attention|paged|append|merge|misuse]\n"
                  "          [--heads-q N] [--heads-kv N] [--head-dim N] [--causal 0|1] [--seqlens a,b,c]\n"
                  "Without shape options: Qwen2.5-VL-3B LLM and vision shapes, one case per compiled kernel and\n"
                  "invalid-argument checks; --only runs one group of them. With any of --heads-q/--heads-kv/--head-dim/--causal/--seqlens: only\n"
@@ -106,7 +106,7 @@ bool parse_options(int argc, char** argv, Options* options) {
         if (flag == "--only") {
             options->only = value;
             ok = options->only == "attention" || options->only == "paged" || options->only == "append" ||
-                 options->only == "misuse";
+                 options->only == "merge" || options->only == "misuse";
         } else if (flag == "--dtype") {
             const std::string dtype = value;
             ok = dtype == "fp16" || dtype == "bf16" || dtype == "all";
@@ -209,6 +209,7 @@ int run(const Options& options) {
         if (!options.custom && group("attention")) report_workspace_bounds_cases(dtype, stream, &tally);
         if (!options.custom && group("paged")) report_paged_cases(dtype, options.quick, stream, &tally);
         if (!options.custom && group("append")) report_append_cases(dtype, options.quick, stream, &tally);
+        if (!options.custom && group("merge")) report_merge_cases(dtype, options.quick, stream, &tally);
     }
     if (!options.custom && group("misuse")) {
         report_fwd_misuse_cases(dtypes.front(), stream, &tally);

@@ -301,6 +301,9 @@ void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tall
 // append.cpp: fas_kv_append into paged caches (then attended), e4m3 caches, invalid slots, misuse.
 void report_append_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
 
+// merge.cpp: fas_merge_states against a CPU merge, a prefix + suffix cascade of plans, misuse.
+void report_merge_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
+
 // packed.cpp: the packed-plan cases (short sequences sharing query tiles), where such a kernel is built.
 void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* cases);
 
