@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "api/stream_op.h"
 #include "core/device.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
@@ -121,24 +122,12 @@ fas_status validate(const fas_kv_append_args& args, fas_paged::AppendLaunch* lau
 
 }  // namespace
 
-fas_status kv_append(const fas_kv_append_args* user_args) {
-    if (const fas_status status = check_args_struct(user_args, "fas_kv_append_args", "fas_kv_append_args_init()");
-        status != FAS_SUCCESS) {
-        return status;
-    }
-    fas_kv_append_args args;
-    std::memcpy(&args, user_args, sizeof(args));
-    fas_paged::AppendLaunch launch{};
-    fas_status status = validate(args, &launch);
-    if (status != FAS_SUCCESS) return status;
-    DeviceProps device{};
-    status = check_current_device(&device);
-    if (status != FAS_SUCCESS) return status;
-    status = check_no_pending_cuda_error();
-    if (status != FAS_SUCCESS) return status;
-    const cudaError_t error = fas_paged::launch_append(launch, args.stream);
-    if (error != cudaSuccess) return fail_cuda(error, "KV append kernel launch");
-    return FAS_SUCCESS;
+fas_status kv_append(const fas_kv_append_args* args) {
+    return run_stream_op<fas_kv_append_args, fas_paged::AppendLaunch>(
+        args, "fas_kv_append_args", "fas_kv_append_args_init()", "KV append kernel launch", validate,
+        [](const fas_paged::AppendLaunch& launch, const DeviceProps&, cudaStream_t stream) {
+            return fas_paged::launch_append(launch, stream);
+        });
 }
 
 }  // namespace fas

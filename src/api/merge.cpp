@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/stream_op.h"
 #include "core/device.h"
 #include "core/layout.h"
 #include "core/merge_states.h"
@@ -180,25 +181,12 @@ fas_status validate(const fas_merge_states_args& args, MergeLaunch* m) {
 
 }  // namespace
 
-fas_status merge_states(const fas_merge_states_args* user_args) {
-    if (const fas_status status =
-            check_args_struct(user_args, "fas_merge_states_args", "fas_merge_states_args_init()");
-        status != FAS_SUCCESS) {
-        return status;
-    }
-    fas_merge_states_args args;
-    std::memcpy(&args, user_args, sizeof(args));
-    MergeLaunch launch{};
-    fas_status status = validate(args, &launch);
-    if (status != FAS_SUCCESS) return status;
-    DeviceProps device{};
-    status = check_current_device(&device);
-    if (status != FAS_SUCCESS) return status;
-    status = check_no_pending_cuda_error();
-    if (status != FAS_SUCCESS) return status;
-    const cudaError_t error = launch_merge_states(launch, device.sm_count, args.stream);
-    if (error != cudaSuccess) return fail_cuda(error, "merge kernel launch");
-    return FAS_SUCCESS;
+fas_status merge_states(const fas_merge_states_args* args) {
+    return run_stream_op<fas_merge_states_args, MergeLaunch>(
+        args, "fas_merge_states_args", "fas_merge_states_args_init()", "merge kernel launch", validate,
+        [](const MergeLaunch& launch, const DeviceProps& device, cudaStream_t stream) {
+            return launch_merge_states(launch, device.sm_count, stream);
+        });
 }
 
 }  // namespace fas
