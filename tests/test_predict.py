@@ -91,6 +91,26 @@ def test_a_family_never_compiled_here_takes_its_reference_time_at_this_machines_
     assert {j.name: j.seconds for j in entry_jobs(plan, stats)[0]}["x"] == 20.0
 
 
+def test_a_family_never_compiled_here_scales_by_its_own_upstreams_timed_tus():
+    # fam (upstream A) ran at 2x its reference here, other (upstream B) at 1x: new, of upstream
+    # A, takes 2x; without kinds, the median over all timed TUs
+    entry = SimpleNamespace(archs=("sm_90a",), memory_estimates_gb={"fam": 1.0, "other": 1.0, "new": 1.0})
+    kernels = [SimpleNamespace(name="a", family="fam"), SimpleNamespace(name="b", family="other"),
+               SimpleNamespace(name="c", family="other"), SimpleNamespace(name="x", family="new")]
+    plan = SimpleNamespace(entry=entry, kernels=kernels, hosts=[])
+    stats = {"a@sm_90a": {"wall_s": 20.0}, "b@sm_90a": {"wall_s": 10.0}, "c@sm_90a": {"wall_s": 10.0}}
+    reference = {"fam": 10.0, "other": 10.0, "new": 30.0}
+    kinds = {"fam": "A", "new": "A", "other": "B"}
+    assert {j.name: j.seconds for j in entry_jobs(plan, stats, reference, kinds)[0]}["x"] == pytest.approx(60.0)
+    assert {j.name: j.seconds for j in entry_jobs(plan, stats, reference, {})[0]}["x"] == pytest.approx(30.0)
+
+
+def test_the_real_families_take_the_kind_of_their_upstream():
+    from flashbuild.compile.predict import upstream_kinds
+    kinds = upstream_kinds()
+    assert kinds["fa2_fwd_split"] == kinds["fa2_fwd"] != kinds["sm90_fp8_prefill"] == kinds["sm90_prefill"]
+
+
 def test_with_nothing_timed_the_dry_run_prices_the_reference_times_unscaled():
     plan = two_family_plan(["a"], ["x"])
     lines = describe(plan, {}, Budget(16 * GIB, 1, "test"), {"fam": 60.0, "new": 60.0, "host": 1.0})

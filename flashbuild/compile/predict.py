@@ -8,7 +8,7 @@ soon as one does. It assumes a TU takes as long on a server core as it took here
 leaves out link, verify and export, which run once, on the build machine. TUs of a family
 this machine never compiled take the matrix's reference time for the family
 (`compile_time_estimates_s`, measured on one reference machine), scaled by how fast this
-machine compiled the TUs it did time. Pure: the tests drive it with synthetic jobs, and
+machine compiled the TUs it did time of the same upstream (FA2's and FlashInfer's scale apart). Pure: the tests drive it with synthetic jobs, and
 `invoke build --dry-run` prints it for this machine and for 1, 4 and 16 servers, with a cost
 table by family.
 """
@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 from flashbuild.config.build_plan import tu_groups
-from flashbuild.config.families import HOST
+from flashbuild.config.families import FAMILIES, HOST
 from flashbuild.config.memory import GIB, estimate, peaks_of, stats_key
 from flashbuild.compile.jobs import Budget, admissible
 
@@ -66,50 +66,79 @@ def simulate(jobs: list[SimJob], servers: list[Server]) -> float:
     return end
 
 
+def upstream_kinds() -> dict[str, str]:
+    """Family -> the pin of the upstream it compiles. TUs of one upstream scale alike between
+    machines, and the upstreams differ: on the 2-core machine FA2's TUs took 1.48x the reference
+    machine's time and FlashInfer's 1.10x (full, 2026-11-27), so a family never compiled here
+    takes the ratio of its own upstream's timed TUs (docs/design/build-measurements.md)."""
+    return {name: family.upstream.pin for name, family in FAMILIES.items() if family.upstream is not None}
+
+
+def _quantile(ratios: list[float], where: int) -> float:
+    """The median of sorted ratios (where 0), or the lower (-1) or upper (1) quartile."""
+    if where == 0:
+        return statistics.median(ratios)
+    return ratios[len(ratios) // 4] if where < 0 else ratios[(3 * len(ratios)) // 4]
+
+
 @dataclass(frozen=True)
 class Timings:
     """What the records say of one entry, read once: each TU's group (build_plan.tu_groups), the
     recorded wall times, and this machine's speed ratios against the matrix's reference machine
     (recorded / reference time of every timed kernel TU whose family has a reference time,
-    sorted; host TUs do not count: they take a second or two, mostly process start)."""
+    sorted; host TUs do not count: they take a second or two, mostly process start), overall and
+    by the upstream each family compiles (`kinds`: family -> upstream)."""
 
     groups: dict[str, str]
     recorded: dict[str, float]
     ratios: list[float]
+    kinds: dict[str, str]
+    kind_ratios: dict[str, list[float]]
 
     @classmethod
-    def of(cls, entry_plan, stats: dict, reference: dict[str, float]) -> Timings:
+    def of(cls, entry_plan, stats: dict, reference: dict[str, float], kinds: dict[str, str] | None = None) -> Timings:
+        kinds = upstream_kinds() if kinds is None else kinds
         groups = tu_groups(entry_plan)
         recorded = {name: stats[stats_key(entry_plan.entry, name)]["wall_s"] for name in groups
                     if stats.get(stats_key(entry_plan.entry, name), {}).get("wall_s") is not None}
-        ratios = sorted(seconds / reference[groups[name]] for name, seconds in recorded.items()
-                        if groups[name] != HOST and reference.get(groups[name], 0) > 0)
-        return cls(groups, recorded, ratios)
+        timed = [(groups[name], seconds / reference[groups[name]]) for name, seconds in recorded.items()
+                 if groups[name] != HOST and reference.get(groups[name], 0) > 0]
+        kind_ratios: dict[str, list[float]] = {}
+        for group, ratio in timed:
+            if group in kinds:
+                kind_ratios.setdefault(kinds[group], []).append(ratio)
+        return cls(groups, recorded, sorted(r for _, r in timed), kinds,
+                   {kind: sorted(values) for kind, values in kind_ratios.items()})
 
     @property
     def scale(self) -> float:
         return statistics.median(self.ratios) if self.ratios else 1.0
+
+    def scale_of(self, group: str, where: int = 0) -> float:
+        """The speed ratio for a family never compiled here: its upstream's timed TUs' (median,
+        or a quartile), else every timed kernel TU's, else 1."""
+        ratios = self.kind_ratios.get(self.kinds.get(group, ""), []) or self.ratios
+        return _quantile(ratios, where) if ratios else 1.0
 
     def untimed_groups(self) -> set[str]:
         return set(self.groups.values()) - {self.groups[name] for name in self.recorded}
 
 
 def entry_jobs(entry_plan, stats: dict, reference: dict[str, float] | None = None,
-               scale: float | None = None) -> tuple[list[SimJob], int]:
+               kinds: dict[str, str] | None = None) -> tuple[list[SimJob], int]:
     """The entry's TUs with their recorded wall times and memory estimates. A TU without a
     recorded time counts as the median recorded time of its group (family or host) in this
     entry; a group none of whose TUs was timed here, as its reference time (matrix.yaml's
-    compile_time_estimates_s) x `scale` (default: the median speed ratio, 1 without any), else
-    as the median of all recorded TUs. Returns the jobs and how many had their own time."""
+    compile_time_estimates_s) x this machine's speed ratio for its upstream (Timings.scale_of),
+    else as the median of all recorded TUs. Returns the jobs and how many had their own time."""
     reference = reference or {}
-    return _jobs(entry_plan, stats, reference, Timings.of(entry_plan, stats, reference), scale)
+    return _jobs(entry_plan, stats, reference, Timings.of(entry_plan, stats, reference, kinds))
 
 
 def _jobs(entry_plan, stats: dict, reference: dict[str, float], timings: Timings,
-          scale: float | None = None) -> tuple[list[SimJob], int]:
+          where: int = 0) -> tuple[list[SimJob], int]:
     peaks = peaks_of(stats)
     recorded = timings.recorded
-    scale = timings.scale if scale is None else scale
     by_group: dict[str, list[float]] = {}
     for name, seconds in recorded.items():
         by_group.setdefault(timings.groups[name], []).append(seconds)
@@ -119,7 +148,7 @@ def _jobs(entry_plan, stats: dict, reference: dict[str, float], timings: Timings
         seconds = recorded.get(name)
         if seconds is None:
             seconds = (statistics.median(by_group[group]) if group in by_group
-                       else reference[group] * scale if group in reference else fallback)
+                       else reference[group] * timings.scale_of(group, where) if group in reference else fallback)
         jobs.append(SimJob(name, seconds, estimate(entry_plan.entry, name, group, peaks)[0]))
     return jobs, len(recorded)
 
@@ -164,8 +193,11 @@ def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] 
     else:
         how = f"{timed} of {len(jobs)} TUs timed by earlier builds, the rest at their family's median here"
         if scaled and ratios:
-            how += (f"; {scaled} TU(s) of families not compiled here at their reference time x "
-                    f"{timings.scale:.2f} (this machine's median speed ratio over {len(ratios)} timed kernel TUs)")
+            by_kind = ", ".join(f"{kind} {statistics.median(values):.2f}"
+                                for kind, values in sorted(timings.kind_ratios.items()))
+            how += (f"; {scaled} TU(s) of families not compiled here at their reference time x this machine's "
+                    f"median speed ratio for their upstream's timed TUs ({by_kind}; all {len(ratios)}: "
+                    f"{timings.scale:.2f})")
         elif scaled:
             how += f"; {scaled} TU(s) of families not compiled here at their reference time (no kernel TU timed here)"
     lines = [f"  predicted compile phase ({how}; link, verify and export not included):",
@@ -174,7 +206,7 @@ def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] 
              f"(lower bound, max(TU time / slots, longest TU): {_duration(bound)})"]
     if scaled and len(ratios) >= 4:  # how sure: the same with the ratio's quartiles
         low, high = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-        low_jobs, high_jobs = (_jobs(entry_plan, stats, reference, timings, scale=q)[0] for q in (low, high))
+        low_jobs, high_jobs = (_jobs(entry_plan, stats, reference, timings, where=w)[0] for w in (-1, 1))
         lines.append(f"    with the ratio's quartiles ({low:.2f}-{high:.2f}): "
                      f"{_duration(simulate(low_jobs, machine))} to {_duration(simulate(high_jobs, machine))}")
     for count in SERVER_COUNTS:
