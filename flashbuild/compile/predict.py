@@ -8,9 +8,9 @@ soon as one does. It assumes a TU takes as long on a server core as it took here
 leaves out link, verify and export, which run once, on the build machine. TUs of a family
 this machine never compiled take the matrix's reference time for the family
 (`compile_time_estimates_s`, measured on one reference machine), scaled by how fast this
-machine compiled the TUs it did time of the same upstream (FA2's and FlashInfer's scale apart). Pure: the tests drive it with synthetic jobs, and
-`invoke build --dry-run` prints it for this machine and for 1, 4 and 16 servers, with a cost
-table by family.
+machine compiled the TUs it did time of the same upstream (FA2's and FlashInfer's scale apart).
+Pure: the tests drive it with synthetic jobs, and `invoke build --dry-run` prints it for this
+machine and for 1, 4 and 16 servers, with a cost table by family.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def simulate(jobs: list[SimJob], servers: list[Server]) -> float:
 
 def upstream_kinds() -> dict[str, str]:
     """Family -> the pin of the upstream it compiles. TUs of one upstream scale alike between
-    machines, and the upstreams differ: on the 2-core machine FA2's TUs took 1.48x the reference
-    machine's time and FlashInfer's 1.10x (full, 2026-11-27), so a family never compiled here
+    machines, and the upstreams differ: on the 2-core machine FA2's TUs took 1.42x the reference
+    machine's time and FlashInfer's 1.08x (full, 2026-11-27), so a family never compiled here
     takes the ratio of its own upstream's timed TUs (docs/design/build-measurements.md)."""
     return {name: family.upstream.pin for name, family in FAMILIES.items() if family.upstream is not None}
 
@@ -205,7 +205,7 @@ def describe(entry_plan, stats: dict, here: Budget, reference: dict[str, float] 
              f"{_duration(simulate(jobs, machine))} "
              f"(lower bound, max(TU time / slots, longest TU): {_duration(bound)})"]
     if scaled and len(ratios) >= 4:  # how sure: the same with the ratio's quartiles
-        low, high = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+        low, high = _quantile(ratios, -1), _quantile(ratios, 1)
         low_jobs, high_jobs = (_jobs(entry_plan, stats, reference, timings, where=w)[0] for w in (-1, 1))
         lines.append(f"    with the ratio's quartiles ({low:.2f}-{high:.2f}): "
                      f"{_duration(simulate(low_jobs, machine))} to {_duration(simulate(high_jobs, machine))}")

@@ -24,12 +24,13 @@ struct Rows {
 };
 
 // 0 means the token-major default; else positive (and a multiple of 8 where rows are 16-bit).
-fas_status resolve_stride(int64_t* stride, int64_t fallback, int multiple, const char* name) {
+// The message names the field, name[index] for a per-partial one (index >= 0).
+fas_status resolve_stride(int64_t* stride, int64_t fallback, int multiple, const char* name, int index = -1) {
     if (*stride == 0) *stride = fallback;
     if (*stride < 0 || *stride % multiple != 0) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    concat(name, " is ", *stride, "; it must be 0 (the token-major default) or a positive multiple of ",
-                           multiple));
+                    concat(name, index >= 0 ? concat("[", index, "]") : std::string(), " is ", *stride,
+                           "; it must be 0 (the token-major default) or a positive multiple of ", multiple));
     }
     return FAS_SUCCESS;
 }
@@ -104,14 +105,11 @@ fas_status validate(const fas_merge_states_args& args, MergeLaunch* m) {
             return status;
         }
     }
-    std::string names[2 * FAS_MERGE_MAX_STATES];
     for (int s = 0; s < args.num_states; ++s) {
         m->lse_token_stride[s] = args.lse_token_stride[s];
         m->lse_head_stride[s] = args.lse_head_stride[s];
-        names[2 * s] = concat("lse_token_stride[", s, "]");
-        names[2 * s + 1] = concat("lse_head_stride[", s, "]");
-        fas_status status = resolve_stride(&m->lse_token_stride[s], args.num_heads, 1, names[2 * s].c_str());
-        if (status == FAS_SUCCESS) status = resolve_stride(&m->lse_head_stride[s], 1, 1, names[2 * s + 1].c_str());
+        fas_status status = resolve_stride(&m->lse_token_stride[s], args.num_heads, 1, "lse_token_stride", s);
+        if (status == FAS_SUCCESS) status = resolve_stride(&m->lse_head_stride[s], 1, 1, "lse_head_stride", s);
         if (status != FAS_SUCCESS) return status;
     }
     if (args.num_tokens == 0) return FAS_SUCCESS;
@@ -133,6 +131,7 @@ fas_status validate(const fas_merge_states_args& args, MergeLaunch* m) {
         const int64_t elements = span(r, args.num_tokens, args.num_heads, width);
         return tensor_extent(base, 1, elements, elements, element, r.name);
     };
+    std::string names[2 * FAS_MERGE_MAX_STATES];  // v[s] and lse[s], for the messages
     Extent inputs[2 * FAS_MERGE_MAX_STATES];
     for (int s = 0; s < args.num_states; ++s) {
         names[2 * s] = concat("v[", s, "]");

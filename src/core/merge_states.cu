@@ -15,36 +15,39 @@ namespace {
 
 constexpr int kChunk = 8;  // elements per thread: 16 bytes of a 16-bit row
 
-__device__ __forceinline__ void widen(const uint4& bits, const half*, float (&x)[kChunk]) {
-    const half2* pairs = reinterpret_cast<const half2*>(&bits);
+// A 16-bit element's pair type and its float conversions.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<half> {
+    using type = half2;
+    static __device__ __forceinline__ float2 widen(type p) { return __half22float2(p); }
+    static __device__ __forceinline__ type narrow(float x, float y) { return __floats2half2_rn(x, y); }
+};
+template <>
+struct Pair<nv_bfloat16> {
+    using type = nv_bfloat162;
+    static __device__ __forceinline__ float2 widen(type p) { return __bfloat1622float2(p); }
+    static __device__ __forceinline__ type narrow(float x, float y) { return __floats2bfloat162_rn(x, y); }
+};
+
+// 16 bytes of T to floats, and back.
+template <typename T>
+__device__ __forceinline__ void widen(const uint4& bits, float (&x)[kChunk]) {
+    const auto* pairs = reinterpret_cast<const typename Pair<T>::type*>(&bits);
 #pragma unroll
     for (int i = 0; i < kChunk / 2; ++i) {
-        const float2 f = __half22float2(pairs[i]);
+        const float2 f = Pair<T>::widen(pairs[i]);
         x[2 * i] = f.x;
         x[2 * i + 1] = f.y;
     }
 }
-__device__ __forceinline__ void widen(const uint4& bits, const nv_bfloat16*, float (&x)[kChunk]) {
-    const nv_bfloat162* pairs = reinterpret_cast<const nv_bfloat162*>(&bits);
-#pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) {
-        const float2 f = __bfloat1622float2(pairs[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
-}
-__device__ __forceinline__ uint4 narrow(const float (&x)[kChunk], const half*) {
+template <typename T>
+__device__ __forceinline__ uint4 narrow(const float (&x)[kChunk]) {
     uint4 bits;
-    half2* pairs = reinterpret_cast<half2*>(&bits);
+    auto* pairs = reinterpret_cast<typename Pair<T>::type*>(&bits);
 #pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) pairs[i] = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
-    return bits;
-}
-__device__ __forceinline__ uint4 narrow(const float (&x)[kChunk], const nv_bfloat16*) {
-    uint4 bits;
-    nv_bfloat162* pairs = reinterpret_cast<nv_bfloat162*>(&bits);
-#pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) pairs[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    for (int i = 0; i < kChunk / 2; ++i) pairs[i] = Pair<T>::narrow(x[2 * i], x[2 * i + 1]);
     return bits;
 }
 
@@ -82,8 +85,7 @@ __global__ void merge_states_kernel(const MergeLaunch m) {
                 if (fabsf(l) == inf) continue;
                 const float w = expf(l - top);
                 float x[kChunk];
-                widen(*reinterpret_cast<const uint4*>(static_cast<const T*>(m.v[s]) + at), static_cast<const T*>(nullptr),
-                      x);
+                widen<T>(*reinterpret_cast<const uint4*>(static_cast<const T*>(m.v[s]) + at), x);
 #pragma unroll
                 for (int e = 0; e < kChunk; ++e) acc[e] = fmaf(w, x[e], acc[e]);
                 sum += w;
@@ -94,7 +96,7 @@ __global__ void merge_states_kernel(const MergeLaunch m) {
             merged_lse = top + logf(sum);
         }
         T* const out = static_cast<T*>(m.out) + token * m.out_token_stride + head * m.out_head_stride + chunk * kChunk;
-        *reinterpret_cast<uint4*>(out) = narrow(acc, static_cast<const T*>(nullptr));
+        *reinterpret_cast<uint4*>(out) = narrow<T>(acc);
         if (m.out_lse != nullptr && chunk == 0) {
             m.out_lse[token * m.out_lse_token_stride + head * m.out_lse_head_stride] = merged_lse;
         }

@@ -3,7 +3,7 @@
 // of the producer's stages (StageIds: loaded an id group of stages ahead). Both exist for one reason:
 // a load issued behind a ring of copies in flight returns only after them (Little's law: ~3 stages,
 // several microseconds, on an H200), and whatever waits for it waits with the copies' slots unfilled
-// (docs/design/decode-roofline.md).
+// (docs/design/decode-producer.md).
 #ifndef FAS_PAGED_DECODE_ITEMS_CUH
 #define FAS_PAGED_DECODE_ITEMS_CUH
 
@@ -74,7 +74,7 @@ __device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
 // its schedule row two items before, its sequence's bounds one item before. Described on the
 // spot, an item's two dependent loads (L2 latency each, under a full memory pipe) held the
 // producer between items with its freed slots unfilled, and the consumers with landed stages
-// unread: the cost of many short items (docs/design/decode-roofline.md).
+// unread: the cost of many short items (docs/design/decode-producer.md).
 template <int Keys>
 struct ItemStream {
     int index;        // the next item take() returns
@@ -102,7 +102,7 @@ struct ItemStream {
 // at pages of 16) ahead of its use, and the next item's first group a group before the item's end.
 // Loaded at each stage instead, a stage's copies waited for its ids whenever they missed L1 (every
 // 32 pages): pages of 16 ran 5-12% slower than contiguous keys, in order as slowly as shuffled, and
-// as fast as them with the ids not loaded at all (a diagnostic build; docs/design/decode-roofline.md).
+// as fast as them with the ids not loaded at all (a diagnostic build; docs/design/decode-producer.md).
 template <int Keys>
 struct StageIds {
     static constexpr int kKeysShift = Keys == 256 ? 8 : Keys == 128 ? 7 : Keys == 64 ? 6 : Keys == 32 ? 5 : 4;

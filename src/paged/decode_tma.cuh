@@ -96,7 +96,7 @@ __device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
 // comes from the stage's id group (StageIds), loaded a group ahead, the next group's loads issued
 // after the stage's copies; over contiguous KV (Flat) a row is the sequence's first row,
 // looked up once per item, plus the key. Nothing issued between a slot's release and its copies
-// may delay them (a lookup moved there cost contiguous keys 8-15%; docs/design/decode-roofline.md).
+// may delay them (a lookup moved there cost contiguous keys 8-15%; docs/design/decode-producer.md).
 template <typename S, bool Flat>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
                                         int lane) {
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     };
     // 16-bit one-block consumers describe the next item (for its Q copy) from loads issued an item
     // ahead; the others on the spot: their kernels, held to 168 registers, spilled more with the
-    // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-roofline.md).
+    // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-producer.md).
     constexpr bool kAhead = !kFp8 && RowBlocks == 1;
     ItemStream<S::kKeys> ahead(a, kAhead ? items : 0);
     const auto take = [&](int index) { return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index); };
