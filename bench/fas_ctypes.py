@@ -141,6 +141,7 @@ class PlanArgs(_Sized):
         ("use_window", ctypes.c_int), ("window_size_left", ctypes.c_int), ("window_size_right", ctypes.c_int),
         ("softcap", ctypes.c_float),
         ("kv_dtype", ENUM_CTYPE),
+        ("use_sinks", ctypes.c_int),
     ]
 
 
@@ -153,6 +154,7 @@ class PlanRunArgs(_Sized):
         ("softmax_lse", ctypes.c_void_p), ("stream", ctypes.c_void_p),
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
         ("page_indices", ctypes.c_void_p),
+        ("sinks", ctypes.c_void_p),
     ]
 
 

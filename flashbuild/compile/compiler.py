@@ -44,7 +44,8 @@ from flashbuild.sources.upstream import FetchedSource
 
 # The public headers: the one consumers include, and the plan API it includes.
 HEADERS = (Path("src/include/flash_attn_standalone.h"), Path("src/include/flash_attn_standalone_plan.h"),
-           Path("src/include/flash_attn_standalone_kv_append.h"), Path("src/include/flash_attn_standalone_merge.h"))
+           Path("src/include/flash_attn_standalone_paged.h"), Path("src/include/flash_attn_standalone_kv_append.h"),
+           Path("src/include/flash_attn_standalone_merge.h"))
 STANDINS = Path("src/standins")
 GPU_TEST_DIR = Path("tests/gpu")
 TEST_BINARY = "test_varlen_inference"

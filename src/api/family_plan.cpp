@@ -33,8 +33,8 @@ class Sm90Plan final : public FamilyPlan {
 public:
     explicit Sm90Plan(std::unique_ptr<fas_sm90::Plan> plan) : plan_(std::move(plan)) {}
     fas_status run(const fas_plan_run_args& a) override {
-        const fas_sm90::RunTensors tensors{a.q,         a.k,         a.v,         a.out,         a.softmax_lse,
-                                           a.q_descale, a.k_descale, a.v_descale, a.page_indices};
+        const fas_sm90::RunTensors tensors{a.q,         a.k,         a.v,         a.out,          a.softmax_lse,
+                                           a.q_descale, a.k_descale, a.v_descale, a.page_indices, a.sinks};
         return fas_sm90::run_plan(*plan_, tensors, a.stream);
     }
     fas_status retire(cudaStream_t stream) override { return fas_sm90::retire_plan(plan_.get(), stream); }

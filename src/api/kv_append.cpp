@@ -1,4 +1,4 @@
-// fas_kv_append (KV APPEND in flash_attn_standalone_plan.h): every field checked on the host,
+// fas_kv_append (KV APPEND in flash_attn_standalone_kv_append.h): every field checked on the host,
 // the optional host copy of the slot mapping checked against the caches, then one launch on the
 // caller's stream. Nothing is allocated and nothing waits.
 #include "api/kv_append.h"

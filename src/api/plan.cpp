@@ -53,7 +53,7 @@ fas_status check_plan_device(const fas_plan* plan, const char* call) {
                        "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
 }
 
-// The softcap, and the local window in the layout's terms: -1 or a width up to max_seqlen_k per
+// The softcap, the sinks, and the local window in the layout's terms: -1 or a width up to max_seqlen_k per
 // side, the right side 0 for causal plans, and a window whose right side is 0 made causal (the
 // kernels' mask).
 fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
@@ -67,6 +67,10 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
         return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no softcap yet; set softcap to 0");
     }
     layout->softcap = args.softcap;
+    if (args.use_sinks != 0 && sm90_fp8) {
+        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no sinks yet; set use_sinks to 0");
+    }
+    layout->sinks = args.use_sinks != 0;
     if (args.use_window == 0) return FAS_SUCCESS;
     for (const auto& [value, name] : {std::pair<int, const char*>{args.window_size_left, "window_size_left"},
                                       std::pair<int, const char*>{args.window_size_right, "window_size_right"}}) {
@@ -148,10 +152,10 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                                        layout.num_heads_q / layout.num_heads_k,
                                        fas_paged::pair_tiles(device, !kv.paged, kv.page_size), &why);
     if (*kernel == nullptr) return why;
-    if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f)) {
-        return concat("paged plans take a window or softcap on the decode kernel only, whose tiles hold 16 rows "
+    if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f || layout.sinks)) {
+        return concat("paged plans take a window, softcap or sinks on the decode kernel only, whose tiles hold 16 rows "
                       "(queries per sequence x query heads per KV head; here ", layout.max_seqlen_q, " x ",
-                      layout.num_heads_q / layout.num_heads_k, "); the 64-row paged tiles take neither yet");
+                      layout.num_heads_q / layout.num_heads_k, "); the 64-row paged tiles take none of them yet");
     }
     request->cu_seqlens_q = args.cu_seqlens_q;
     request->batch_size = layout.batch_size;
@@ -198,6 +202,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     if (kv.paged && has_local_window(layout)) return "the SM90 paged kernels take no window yet";
     if (kv.paged && layout.softcap > 0.f) return "the SM90 paged kernels take no softcap yet";
     const bool softcap = layout.softcap > 0.f;
+    if (softcap && layout.sinks) return "the SM90 softcap kernels take no sinks yet";
     if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {
         return decode_shaped_reason();
     }
@@ -323,6 +328,11 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
                     concat("FP8 (e4m3) plans run only on the SM90 family, which cannot serve this one: ", sm90_reason,
                            wrong_device ? "" : "; rebuild with a matching sm90_fp8_prefill kernel (matrix full)"));
     }
+    if (layout.sinks && sm90_kernel == nullptr) {
+        return fail(FAS_ERROR_NOT_BUILT,
+                    concat("sinks are applied by the SM90 16-bit kernels and the paged decode kernel, and neither "
+                           "serves this plan (SM90: ", sm90_reason, "); FA2 takes no sinks"));
+    }
     const bool fa2_causal = layout.causal && !has_local_window(layout);  // windows: FA2's local path
     const fas_fa2::Kernel* fa2_kernel =
         sm90_kernel != nullptr ? nullptr : fas_fa2::find_plain_kernel(out_dtype, layout.head_dim, fa2_causal);
@@ -369,6 +379,15 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_tensors(plan->layout, args.q, args.k, args.v, args.out, args.softmax_lse);
     if (status != FAS_SUCCESS) return status;
+    if (plan->layout.sinks) {
+        status = check_device_pointer(args.sinks, sizeof(float), "sinks",
+                                      "fp32 sink logits, one per query head (the plan was made with use_sinks)");
+        if (status != FAS_SUCCESS) return status;
+    } else if (args.sinks != nullptr) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    "sinks is set but the plan was made without use_sinks; make the plan with use_sinks = 1 or "
+                    "pass sinks = NULL");
+    }
     status = check_plan_device(plan, "fas_plan_run");
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();

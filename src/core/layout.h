@@ -38,6 +38,7 @@ struct Layout {
     int window_left = -1;
     int window_right = -1;
     float softcap = 0.f;  // plans: > 0 caps the scores (softcap * tanh(score / softcap))
+    bool sinks = false;   // plans: runs pass a sink logit per query head (fas_plan_run_args.sinks)
     // Varlen: rows of q/out and of k/v addressed from the base pointers, 0 = unknown (fas_fwd
     // sees the offsets only on the device). Plans know both from their host offsets.
     int total_q = 0;

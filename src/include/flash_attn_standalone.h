@@ -113,7 +113,8 @@
  *   schedule blocks, each guarded by a mutex.
  *
  * PLANS AND THE PAGED KV CACHE
- *   are documented in flash_attn_standalone_plan.h, which this header includes at its end.
+ *   are documented in flash_attn_standalone_plan.h and flash_attn_standalone_paged.h, which this
+ *   header includes at its end.
  *
  * ABI
  *   fas_fwd_args begins with struct_size, which must be sizeof(fas_fwd_args) of the header the
@@ -293,6 +294,7 @@ FAS_API fas_status fas_check_device(int device);
 /* The plan API (PLANS, PAGED KV CACHE), KV APPEND and MERGE STATES: including this header gives
  * the whole C API. */
 #include "flash_attn_standalone_plan.h"
+#include "flash_attn_standalone_paged.h"
 #include "flash_attn_standalone_kv_append.h"
 #include "flash_attn_standalone_merge.h"
 

@@ -1,5 +1,5 @@
 /* flash_attn_standalone: writing a step's new keys and values into paged KV caches (the plans'
- * caches: flash_attn_standalone_plan.h, PAGED KV CACHE). Included by flash_attn_standalone.h.
+ * caches: flash_attn_standalone_paged.h, PAGED KV CACHE). Included by flash_attn_standalone.h.
  *
  * KV APPEND (fas_kv_append, since 0.3): writes a step's new keys and values into the paged
  *   caches, as vLLM's cache write does: token i of k_new / v_new ([num_tokens, num_heads_k,

@@ -263,6 +263,9 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
     sync();
 
     const int row0 = tile.qo_tile * 16;
+    // The sink joins the denominator once per row: in the only chunk, or in a split plan's first
+    // (whose LSE carries it into the merge), and only in rows that saw a key.
+    const bool sinks = a.sinks != nullptr && (!a.split || tile.kv_tile == 0);
     for (int i = tid; i < 16 * kQChunks; i += 32 * Warps) {
         const int row = i / kQChunks, chunk8 = i % kQChunks;
         const int packed = row0 + row, token = packed / tile.group, head = tile.kv_head * tile.group + packed % tile.group;
@@ -270,7 +273,8 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
         float top = -INFINITY;
 #pragma unroll
         for (int w = 0; w < Warps; ++w) top = fmaxf(top, state[(w * 16 + row) * 2]);
-        const float base = top == -INFINITY ? 0.f : top;
+        const float sink = sinks && top != -INFINITY ? a.sinks[head] * 1.4426950408889634f : -INFINITY;  // log2 units
+        const float base = top == -INFINITY ? 0.f : fmaxf(top, sink);
         float sum = 0.f, acc[8] = {};
 #pragma unroll
         for (int w = 0; w < Warps; ++w) {
@@ -281,11 +285,12 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
             acc[0] += weight * lo.x, acc[1] += weight * lo.y, acc[2] += weight * lo.z, acc[3] += weight * lo.w;
             acc[4] += weight * hi.x, acc[5] += weight * hi.y, acc[6] += weight * hi.z, acc[7] += weight * hi.w;
         }
+        sum += exp2f(sink - base);  // 0 without a sink
         float inverse = sum > 0.f ? 1.f / sum : 0.f;  // a row without keys writes zeros
         if constexpr (kFp8) inverse *= v_scale;         // split partials too: the merge is linear in V
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] *= inverse;
-        store_chunk<T, HeadDim>(a, tile, token, head, chunk8, acc, sum > 0.f ? log2f(sum) + top : -INFINITY);
+        store_chunk<T, HeadDim>(a, tile, token, head, chunk8, acc, sum > 0.f ? log2f(sum) + base : -INFINITY);
     }
 }
 

@@ -75,6 +75,9 @@ struct LaunchArgs {
     // TUs compile each shape twice, for 16-bit and for e4m3 q, and q_fp8 picks the launch.
     bool q_fp8;
     const float* q_descale;
+    // The decode kernel: sink logits per query head ([num_heads_q] fp32 on the device, natural-log
+    // units), counted once per row: unsplit, or in a split plan's first chunk; NULL = none.
+    const float* sinks;
     // kStream: the caches as tensor maps (tensor_map.h; a box is 1 << box_shift rows of one
     // 128-byte segment of a KV head's row), the plan's with each run's cache address. tma_flat:
     // the map's rows are the cache's rows, one page of them (contiguous KV: row = page x

@@ -327,6 +327,7 @@ fas_status run_plan(const Plan& plan, const fas_plan_run_args& run) {
     a.v_cache = run.v;
     a.out = run.out;
     a.lse = run.softmax_lse;
+    a.sinks = run.sinks;
     if (plan.kernel->kv_dtype == FAS_DTYPE_E4M3) {
         if (run.k_descale == nullptr || run.v_descale == nullptr) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,

@@ -30,16 +30,18 @@
 #include "sm90/ragged_args.h"
 #include "sm90/segment_mask.cuh"
 #include "sm90/shared_storage.cuh"
+#include "sm90/sinks.cuh"
 #include "sm90/tile_scheduler.cuh"
 #include "sm90/tiles.h"
 
 namespace fas_sm90 {
 
-// Attention-variant parameters of the 16-bit kernels: only the softmax scale. Members that the
-// variants probe with DEFINE_HAS_MEMBER and that are left out (q/k/v scales, multi-item scoring)
-// take the kernel's defaults (1, nullptr / 0).
-struct SoftmaxScaleOnly {
+// Attention-variant parameters of the plain 16-bit kernels: the softmax scale and the sinks
+// (sm90/sinks.cuh; NULL: none). Members that the variants probe with DEFINE_HAS_MEMBER and that
+// are left out (q/k/v scales, multi-item scoring) take the kernel's defaults (1, nullptr / 0).
+struct SoftmaxScaleAndSinks {
     float sm_scale;
+    const float* sinks;
 };
 
 // Of the softcap kernels (FlashInfer's LogitsSoftCap variant reads these two).
@@ -77,10 +79,9 @@ struct Assembly16 {
     static constexpr bool kWindow = !Paged && S != Scores::kSegments;
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
-                                                             SoftmaxScaleOnly>>;
+                                                             SoftmaxScaleAndSinks>>;
     using Variant = std::conditional_t<S == Scores::kSoftcap, flashinfer::LogitsSoftCap,
-                                       std::conditional_t<S == Scores::kSegments, SegmentMaskAttention,
-                                                          flashinfer::StandardAttention>>;
+                                       std::conditional_t<S == Scores::kSegments, SegmentMaskAttention, SinkAttention>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, Variant>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
@@ -96,9 +97,9 @@ struct Assembly16 {
         if constexpr (S == Scores::kSoftcap) {
             return {args.softmax_scale, args.softcap};
         } else if constexpr (S == Scores::kSegments) {
-            return {args.softmax_scale, packed_row_keys(args)};
+            return {args.softmax_scale, packed_row_keys(args), args.sinks};
         } else {
-            return {args.softmax_scale};
+            return {args.softmax_scale, args.sinks};
         }
     }
 };
@@ -193,6 +194,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(S != Scores::kSegments || CtaKV <= 256, "row bounds are 16-bit key indices within one tile");
     // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
+        (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
         (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;

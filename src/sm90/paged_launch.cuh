@@ -29,7 +29,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
          static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
          /*window_left=*/-1, args.page_stride, args.page_stride, static_cast<uint32_t>(args.page_size),
-         SoftmaxScaleOnly{args.softmax_scale}});
+         SoftmaxScaleAndSinks{args.softmax_scale, args.sinks}});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }
 

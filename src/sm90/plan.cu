@@ -78,6 +78,7 @@ fas_status run_plan(const Plan& plan, const RunTensors& t, cudaStream_t stream) 
     ragged.q_descale = t.q_descale;
     ragged.k_descale = t.k_descale;
     ragged.v_descale = t.v_descale;
+    ragged.sinks = t.sinks;
     cudaError_t error = schedule_prepare_run(plan.schedule, stream);
     if (error != cudaSuccess) return fail_cuda(error, "waiting for the SM90 schedule upload (cudaStreamWaitEvent)");
     error = plan.kernel->launch(ragged, stream);

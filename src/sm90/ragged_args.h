@@ -57,6 +57,9 @@ struct RaggedArgs {
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;
+    // 16-bit kernels but the softcap ones: optional device fp32 sink logits per query head
+    // (natural-log units, sm90/sinks.cuh); NULL = none.
+    const float* sinks;
     // Schedule made by the plan (sm90/schedule.cu): the query tiles in device memory, in units of
     // tiles_per_unit entries (2 for causal masks: tile t with tile n-1-t); the kernel's work items
     // are every (unit, query head) pair, dealt to num_ctas CTAs (sm90/tile_scheduler.cuh).

@@ -14,28 +14,28 @@
 #include <flashinfer/math.cuh>
 
 #include "sm90/packed_args.h"
+#include "sm90/sinks.cuh"
 
 namespace fas_sm90 {
 
 struct SoftmaxScaleAndRowKeys {
     float sm_scale;
     const uint32_t* row_keys;  // packed_row_keys(): [lo, hi) per query row of the batch
+    const float* sinks;        // per query head (sm90/sinks.cuh); NULL: none
 };
 
-// StandardAttention's math plus the block-diagonal mask. A consumer thread holds two rows of
+// The plain variant's math (SinkAttention: scale and sinks) plus the block-diagonal mask. A consumer thread holds two rows of
 // the score tile (the WGMMA accumulator layout: warpgroup w rows 64w..64w+63, its warp k rows
 // 16k..16k+15, lane l rows l/4 and l/4 + 8); their bounds are loaded at construction, so the
 // per-score test is a select and one unsigned compare (kv_idx - lo < hi - lo).
-struct SegmentMaskAttention {
-    float sm_scale_log2;
-    float scale_pv = 1.f;  // no V scale in 16-bit kernels
-    uint32_t row0;         // this thread's first row within the tile; the second is row0 + 8
+struct SegmentMaskAttention : SinkAttention {
+    uint32_t row0;  // this thread's first row within the tile; the second is row0 + 8
     uint32_t lo0, width0, lo1, width1;
 
     template <typename MainloopParams, typename BlockCoord>
-    __device__ SegmentMaskAttention(const MainloopParams& params, const BlockCoord& block_coord) {
+    __device__ SegmentMaskAttention(const MainloopParams& params, const BlockCoord& block_coord)
+        : SinkAttention(params, block_coord) {
         const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block_coord;
-        sm_scale_log2 = params.additional_params.sm_scale * flashinfer::math::log2e;
         // Warpgroup 0 is the producer; packed plans list only tile 0 of each work unit.
         const int t = static_cast<int>(threadIdx.x) - cutlass::NumThreadsPerWarpGroup;
         row0 = static_cast<uint32_t>((t / 128) * 64 + (t % 128) / 32 * 16 + (t % 32) / 4);
@@ -48,11 +48,6 @@ struct SegmentMaskAttention {
         width0 = (keys0 >> 16) - lo0;
         lo1 = keys1 & 0xffffu;
         width1 = (keys1 >> 16) - lo1;
-    }
-
-    template <int NUM_ROWS_PER_THREAD>
-    __device__ auto GetAttentionUpdater() {
-        return flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>(sm_scale_log2);
     }
 
     template <typename MainloopParams, typename T>

@@ -93,6 +93,7 @@ struct RunTensors {
     const float* k_descale;
     const float* v_descale;
     const int32_t* page_indices;
+    const float* sinks;  // plans made with sinks (checked by the API), else NULL
 };
 
 // The LSE, if asked for, is converted to the natural logarithm the API promises.

@@ -141,6 +141,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         plan_args.window_size_left = c.window_left;
         plan_args.window_size_right = c.window_right;
         plan_args.softcap = c.softcap;
+        plan_args.use_sinks = c.sinks.empty() ? 0 : 1;
         plan_args.stream = stream;
         fas_plan* plan = nullptr;
         if (fas_plan_create(&plan_args, &plan) != FAS_SUCCESS) {
@@ -173,6 +174,11 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         }
         fas_plan_run_args run_args = plan_run_args(args.q, args.k, args.v, args.out, stream);
         run_args.softmax_lse = args.softmax_lse;
+        DeviceBuffer sinks_dev(std::max<size_t>(c.sinks.size(), 1) * sizeof(float));
+        if (!c.sinks.empty()) {
+            upload(sinks_dev.as<void>(), c.sinks.data(), c.sinks.size() * sizeof(float));
+            run_args.sinks = sinks_dev.as<float>();
+        }
         if (c.fp8) {
             run_args.q_descale = q_descale_dev.as<float>();
             run_args.k_descale = k_descale_dev.as<float>();

@@ -129,6 +129,26 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         soft.window_left = cap.left;
         cases.push_back(soft);
     }
+    // Sinks (gpt-oss: head dim 64, GQA 64/8, layers alternating a causal window of 128 keys with
+    // full causal attention) on the SM90 kernels of head dims 64 and 128 where built.
+    for (int head_dim : {64, 128}) {
+        fas_family family = FAS_FAMILY_FA2;
+        if (fas_query_plan_support(dtype, head_dim, 1, &family, nullptr) != FAS_SUCCESS || family != FAS_FAMILY_SM90) {
+            continue;
+        }
+        for (int left : {128, -1}) {
+            AttentionCase sinks = plan_case("sinks-hd" + std::to_string(head_dim) + (left < 0 ? "-causal" : "-window128"),
+                                            dtype, 64, 8, head_dim, true,
+                                            quick ? std::vector<int>{1, 37, 300, 129}
+                                                  : std::vector<int>{1, 37, 300, 129, 2000, 64},
+                                            FAS_FAMILY_SM90);
+            sinks.sinks = spread_sinks(64);
+            sinks.use_window = left >= 0;
+            sinks.window_left = left;
+            sinks.window_right = 0;
+            cases.push_back(sinks);
+        }
+    }
     add_packed_cases(dtype, quick, &cases);
     // Every compiled kernel once, GQA ratio 4, padded row strides.
     int last_paged_head_dim = 0;
@@ -165,6 +185,15 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             decode.window_left = 64;
             decode.window_right = 0;
             decode.softcap = 30.f;
+            cases.push_back(decode);
+            // Sinks at gpt-oss's GQA 64/8 (up to 2 queries: 16 rows).
+            decode.config = "plan-decode-contiguous-sinks";
+            decode.heads_q = 64;
+            decode.heads_kv = 8;
+            decode.seqlens_q = {1, 1, 2, 1, 2};
+            decode.use_window = false;
+            decode.softcap = 0.f;
+            decode.sinks = spread_sinks(64);
             cases.push_back(decode);
             continue;
         }

@@ -243,9 +243,19 @@ struct AttentionCase {
     int window_right = -1;
     float softcap = 0.f;  // with use_plan: fas_plan_args.softcap (scores become cap * tanh(score / cap))
     int expect_packed = -1;  // with use_plan: fas_plan_info.packed must be this (-1 = any)
+    // with use_plan: fas_plan_args.use_sinks and the run's sink logits, one per query head (none if empty)
+    std::vector<float> sinks;
     // fas_query_plan_support's (or fas_query_support's) *kernel_head_dim must be this (0 = any)
     int expect_query_head_dim = 0;
 };
+
+// Sink logits for `heads` query heads spread over [-2, 8]: from negligible against a row's keys
+// to dominating its softmax (a row of 1000 keys sums to about exp(7.4) at random scores).
+inline std::vector<float> spread_sinks(int heads) {
+    std::vector<float> sinks(heads);
+    for (int h = 0; h < heads; ++h) sinks[h] = -2.f + 10.f * static_cast<float>((h * 37) % heads) / heads;
+    return sinks;
+}
 
 AttentionCase varlen_case(std::string config, fas_dtype dtype, int heads_q, int heads_kv, int head_dim, bool causal,
                           std::vector<int> seqlens);

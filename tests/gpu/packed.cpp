@@ -56,6 +56,9 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
     const std::vector<int> prompts = quick ? std::vector<int>{17, 33, 64, 1, 100, 9, 3}
                                            : std::vector<int>{17, 33, 64, 100, 1, 50, 9, 120, 80, 3, 3, 3, 40, 127, 2};
     cases->push_back(packed_case("packed-prompts-causal", dtype, 16, 2, 128, true, prompts, prompts, true));
+    AttentionCase sinks = packed_case("packed-prompts-sinks", dtype, 16, 2, 128, true, prompts, prompts, true);
+    sinks.sinks = spread_sinks(16);
+    cases->push_back(sinks);
     // Chunks over cached keys (bottom-right causal), one sequence with 30 keys and no query.
     cases->push_back(packed_case("packed-cached-causal", dtype, 14, 2, 128, true, {10, 20, 5, 30, 0, 12, 1, 9},
                                  {50, 20, 64, 90, 30, 12, 40, 9}, true));

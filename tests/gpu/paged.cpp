@@ -30,6 +30,7 @@ struct PagedCase {
     // rounds q * descale to fp16, so the reference reads q so rounded); kv_dtype left 0.
     bool fp8_q = false;
     int expect_tile_rows = 0;  // > 0: fas_plan_info.query_tile_rows
+    bool sinks = false;        // use_sinks, with a random sink logit in [-2, 8] per query head
 };
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -89,11 +90,16 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         k = random_tensor(dtype, kv_elements, rng);
         v = random_tensor(dtype, kv_elements, rng);
     }
+    std::vector<float> sinks(c.sinks ? c.heads_q : 0);  // drawn after the tensors: other cases' values stay
+    std::uniform_real_distribution<float> sink_logit(-2.f, 8.f);
+    for (float& sink : sinks) sink = sink_logit(rng);
     const size_t kv_bytes = c.fp8_kv ? 1 : 2;
     DeviceBuffer q_dev(q_elements * (c.fp8_q ? 1 : 2)), k_dev(cache_elements * kv_bytes), v_dev(cache_elements * kv_bytes);
     DeviceBuffer out_dev(q_elements * 2), lse_dev(total_q * c.heads_q * sizeof(float));
     DeviceBuffer ids_dev(std::max(total_pages, 1) * sizeof(int32_t));
     DeviceBuffer descale_dev((2 * c.heads_kv + c.heads_q) * sizeof(float));  // k, v, q
+    DeviceBuffer sinks_dev(c.heads_q * sizeof(float));
+    if (c.sinks) upload(sinks_dev.as<void>(), sinks.data(), sinks_dev.bytes());
     if (c.fp8_q) {
         upload(q_dev.as<void>(), q8.bits.data(), q_dev.bytes());
         upload(descale_dev.as<float>() + 2 * c.heads_kv, q8.descale.data(), c.heads_q * sizeof(float));
@@ -127,6 +133,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     args.window_size_right = 0;
     args.softcap = c.softcap;
     args.kv_dtype = c.fp8_kv && !c.fp8_q ? FAS_DTYPE_E4M3 : FAS_DTYPE_FP16;  // FP8 plans: 0 = e4m3 caches
+    args.use_sinks = c.sinks ? 1 : 0;
     fas_plan* plan = nullptr;
     if (fas_plan_create(&args, &plan) != FAS_SUCCESS) {
         return {false, std::string("fas_plan_create failed: ") + fas_get_last_error()};
@@ -178,6 +185,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
         plan_run_args(q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(), stream);
     run.softmax_lse = lse_dev.as<float>();
     run.page_indices = ids_dev.as<int32_t>();
+    run.sinks = c.sinks ? sinks_dev.as<float>() : nullptr;
     if (c.fp8_kv) {
         run.k_descale = descale_dev.as<float>();
         run.v_descale = descale_dev.as<float>() + c.heads_kv;
@@ -208,6 +216,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     ref_case.window_left = c.window_left;
     ref_case.window_right = 0;
     ref_case.softcap = c.softcap;
+    ref_case.sinks = sinks;
     const Reference ref = compute_reference(ref_case, q.values, k.values, v.values, 1.f / std::sqrt(float(c.head_dim)));
     OutputView view{outs[0].data(), static_cast<size_t>(c.heads_q) * c.head_dim};
     view.lse = lses[0].data();
@@ -227,7 +236,8 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
 std::string describe(const PagedCase& c, fas_dtype dtype) {
     char text[200];
     const std::string masks = (c.window_left >= 0 ? " window=" + std::to_string(c.window_left) : std::string()) +
-                              (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string());
+                              (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string()) +
+                              (c.sinks ? " sinks" : "");
     std::snprintf(text, sizeof text, "%-26s %s%s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
                   c.fp8_q ? (std::string("e4m3->") + dtype_name(dtype)).c_str() : dtype_name(dtype),
                   c.fp8_kv ? " kv=e4m3" : "", c.head_dim, c.heads_q, c.heads_kv, c.causal ? "causal" : "full", masks.c_str(),
@@ -316,6 +326,24 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                          FAS_FAMILY_PAGED, -1, 50.f});
         cases.push_back({"paged-spec-softcap-window-split", 14, 2, head_dim, true, 32, {2, 1}, {30000, 700}, true, 0,
                          FAS_FAMILY_PAGED, 1000, 30.f});
+        // Sinks (gpt-oss: GQA 64/8, 128-key windows alternating with full layers) on the decode
+        // kernel: empty and long KVs, a split (the sink counted once, in the first chunk), a
+        // window, 32-row tiles; chunked prefill and a mixed batch on the SM90 paged kernel.
+        std::vector<PagedCase> with_sinks = {
+            {"paged-decode-sinks", 64, 8, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}},
+            {"paged-decode-sinks-split", 64, 8, head_dim, true, 16, {1, 1}, {quick ? 20000 : 65536, 300}, true},
+            {"paged-decode-sinks-window", 64, 8, head_dim, true, 16, {1, 1, 1}, {100, 5000, 128}, false, 0,
+             FAS_FAMILY_PAGED, 128}};
+        if (pairs) with_sinks.push_back({"paged-spec-pair-sinks", 16, 2, head_dim, true, 16, {4, 3, 1}, {40, 4097, 6}});
+        if (has_kernel("sm90_paged", dtype, head_dim, true)) {
+            with_sinks.push_back({"paged-chunked-sinks", 64, 8, head_dim, true, 16, {20, 37}, {100, 37}});
+            with_sinks.push_back({"paged-mixed-sinks", 64, 8, head_dim, true, 16, {1, 1, 1, 40}, {700, 3000, 64, 300},
+                                  false, 0, -1, -1, 0.f, 3});
+        }
+        for (PagedCase& c : with_sinks) {
+            c.sinks = true;
+            cases.push_back(c);
+        }
         if (!quick && head_dim == 128) {
             cases.push_back({"paged-decode-long-window", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
                              std::vector<int>(40, 6000), false, 0, FAS_FAMILY_PAGED, 3000, 30.f});
@@ -380,6 +408,8 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             c.fp8_q = true;
             fp8.push_back(c);
         }
+        fp8.push_back({"fp8kv-decode-sinks-split", 64, 8, head_dim, true, 16, {1, 1}, {20000, 0}, true});
+        fp8.back().sinks = true;
         for (size_t i = 0; i < fp8.size(); ++i) {
             fp8[i].fp8_kv = true;
             cases.push_back(fp8[i]);

@@ -92,6 +92,45 @@ CaseOutcome run_fp8_not_built(fas_dtype dtype, bool fp8_q) {
             "status=" + std::to_string(static_cast<int>(status)) + " message=\"" + message + "\""};
 }
 
+// Sinks (SINKS in the plan header) misused: 0, a plan made with use_sinks run without sinks; 1, a
+// plan made without them run with sinks (both FAS_ERROR_INVALID_ARGUMENT); 2, use_sinks on the
+// 64-row paged tiles (8 queries x GQA 4 on pages of 4) and 3, on a plan only FA2 serves
+// (disable_sm90, prefill-shaped): FAS_ERROR_NOT_BUILT naming the sinks.
+const char* const kSinksMisuse[] = {
+    "paged run without sinks of a plan made with use_sinks",
+    "paged run with sinks of a plan made without use_sinks",
+    "paged plan with use_sinks on the 64-row tiles",
+    "varlen plan with use_sinks that only FA2 serves",
+};
+
+CaseOutcome run_sinks_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
+    DeviceBuffer q_dev(1 << 16), k_dev(1 << 20), v_dev(1 << 20), out_dev(1 << 16), ids_dev(64), sinks_dev(256);
+    const int32_t cu_q[3] = {0, 1, 2}, cu_q8[2] = {0, 8}, cu_k[2] = {0, 40}, lengths[2] = {5, 40}, ids[4] = {3, 0, 7, 5};
+    fas_plan_args args = which == 2 ? paged_plan_args(dtype, cu_q8, lengths + 1, 1, 8, 2, 128, true, 4, 16, nullptr)
+                                    : paged_plan_args(dtype, cu_q, lengths, 2, 2, 1, 128, true, 16, 8, ids);
+    if (which == 3) args = varlen_plan_args(dtype, cu_q8, cu_k, 1, 2, 1, 128, true);
+    args.use_sinks = which == 1 ? 0 : 1;
+    args.disable_sm90 = which == 3 ? 1 : 0;
+    fas_plan* plan = nullptr;
+    fas_status status = fas_plan_create(&args, &plan);
+    if (which >= 2) {
+        const std::string message = status == FAS_SUCCESS ? "" : fas_get_last_error();
+        if (plan != nullptr) fas_plan_destroy(plan);
+        return {status == FAS_ERROR_NOT_BUILT && message.find("sinks") != std::string::npos &&
+                    cudaPeekAtLastError() == cudaSuccess,
+                "status=" + std::to_string(static_cast<int>(status)) + " message=\"" + message + "\""};
+    }
+    if (status != FAS_SUCCESS) return {false, std::string("setup: fas_plan_create failed: ") + fas_get_last_error()};
+    upload(ids_dev.as<void>(), ids, sizeof ids);
+    fas_plan_run_args run = plan_run_args(q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(), stream);
+    run.page_indices = ids_dev.as<int32_t>();
+    run.sinks = which == 0 ? nullptr : sinks_dev.as<float>();
+    status = fas_plan_run(plan, &run);
+    const std::string message = fas_get_last_error();
+    fas_plan_destroy(plan);
+    return refusal_outcome(status, message, false);
+}
+
 }  // namespace
 
 void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally) {
@@ -103,6 +142,10 @@ void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tall
         if (which >= 8 && which < kFirstFp8Misuse && !paged_built) continue;
         if (which >= kFp8RunMisuse && !fp8_built) continue;
         report(kPagedMisuse[which], guarded([&] { return run_paged_misuse(which, dtype, stream); }), tally);
+    }
+    for (int which = 0; which < 4 && paged_built; ++which) {
+        if (which == 3 && fas_query_support(dtype, 128, 1, nullptr) != FAS_SUCCESS) continue;  // no FA2 kernel here
+        report(kSinksMisuse[which], guarded([&] { return run_sinks_misuse(which, dtype, stream); }), tally);
     }
     if (!fp8_built) {  // a build without the e4m3-KV kernels says so
         report("FP8 KV plan where no e4m3-KV kernel is built", guarded([&] { return run_fp8_not_built(dtype, false); }),

@@ -108,6 +108,7 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
                         rounded_accumulator[x] += p_rounded * v_vec[x];
                     }
                 }
+                if (!c.sinks.empty()) sum += std::exp(static_cast<double>(c.sinks[head]) - max_score);
                 for (int x = 0; x < d; ++x) {
                     out_vec[x] = static_cast<float>(accumulator[x] / sum);
                     out_same_vec[x] = from_dtype_bits(c.dtype, to_dtype_bits(c.dtype, static_cast<float>(rounded_accumulator[x] / sum)));

@@ -9,7 +9,8 @@
 // Two CPU results per output element:
 //   ref_fp32  exact attention: softmax(scale * q.k^T) v with scale = 1/sqrt(head_dim) (capped as
 //             cap * tanh(s / cap) for softcap cases) and the bottom-right causal or local-window mask, float dot products, exponentials and sums in double,
-//             one division by the row sum at the end;
+//             one division by the row sum at the end; with sinks, exp(sink of the head) joins the
+//             sum (and the LSE) of every row that sees a key;
 //   same      the same computation at the kernel's precision: every probability is rounded as
 //             the kernel rounds it before the P*V product (to the 16-bit dtype; for FP8 inputs
 //             p * 448 to e4m3, then / 448), the row sum uses the unrounded probabilities, and
