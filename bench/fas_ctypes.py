@@ -141,7 +141,7 @@ class PlanArgs(_Sized):
         ("use_window", ctypes.c_int), ("window_size_left", ctypes.c_int), ("window_size_right", ctypes.c_int),
         ("softcap", ctypes.c_float),
         ("kv_dtype", ENUM_CTYPE),
-        ("use_sinks", ctypes.c_int),
+        ("use_sinks", ctypes.c_int), ("device_lengths", ctypes.c_int), ("max_pages_per_sequence", ctypes.c_int),
     ]
 
 
@@ -209,6 +209,12 @@ class MergeStatesArgs(_Sized):
     ]
 
 
+class PlanUpdateArgs(_Sized):
+    """fas_plan_update_args"""
+
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kv_lengths", ctypes.c_void_p), ("stream", ctypes.c_void_p)]
+
+
 STRUCTS = {
     "fas_fwd_args": FwdArgs,
     "fas_kv_append_args": KvAppendArgs,
@@ -217,6 +223,7 @@ STRUCTS = {
     "fas_plan_args": PlanArgs,
     "fas_plan_run_args": PlanRunArgs,
     "fas_plan_info": PlanInfo,
+    "fas_plan_update_args": PlanUpdateArgs,
 }
 
 # fas_plan is opaque: a handle is a c_void_p.
@@ -246,6 +253,8 @@ PROTOTYPES = {
     "fas_kv_append": (ENUM_CTYPE, [_P(KvAppendArgs)]),
     "fas_merge_states_args_init": (None, [_P(MergeStatesArgs)]),
     "fas_merge_states": (ENUM_CTYPE, [_P(MergeStatesArgs)]),
+    "fas_plan_update_args_init": (None, [_P(PlanUpdateArgs)]),
+    "fas_plan_update": (ENUM_CTYPE, [_VOID_P, _P(PlanUpdateArgs)]),
 }
 
 

@@ -42,6 +42,12 @@ void fas_plan_args_init(fas_plan_args* args) { init_args(args); }
 
 void fas_plan_run_args_init(fas_plan_run_args* args) { init_args(args); }
 
+void fas_plan_update_args_init(fas_plan_update_args* args) { init_args(args); }
+
+fas_status fas_plan_update(fas_plan* plan, const fas_plan_update_args* args) {
+    return fas::guarded([&] { return fas::update_plan(plan, args); });
+}
+
 void fas_kv_append_args_init(fas_kv_append_args* args) { init_args(args); }
 
 fas_status fas_kv_append(const fas_kv_append_args* args) {

@@ -59,6 +59,10 @@ public:
     explicit PagedPlan(std::unique_ptr<fas_paged::Plan> plan) : plan_(std::move(plan)) {}
     fas_status run(const fas_plan_run_args& a) override { return fas_paged::run_plan(*plan_, a); }
     fas_status retire(cudaStream_t stream) override { return fas_paged::retire_plan(plan_.get(), stream); }
+    bool updatable() const override { return plan_->device_lengths; }
+    fas_status update(const int32_t* kv_lengths, cudaStream_t stream) override {
+        return fas_paged::update_plan(*plan_, kv_lengths, stream);
+    }
     void fill_info(fas_plan_info* info) const override {
         info->device_bytes = plan_->block->bytes;
         info->kv_splits = plan_->kv_splits;

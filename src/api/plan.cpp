@@ -24,6 +24,17 @@
 
 namespace fas {
 
+// A plan runs and is released on its own device, the calling thread's current one.
+fas_status check_plan_device(const fas_plan* plan, const char* call) {
+    int device = 0;
+    const cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
+    if (device == plan->device) return FAS_SUCCESS;
+    return fail(FAS_ERROR_INVALID_ARGUMENT,
+                concat("the current device is ", device, " but the plan was made on device ", plan->device,
+                       "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
+}
+
 fas_status check_plan(const fas_plan* plan) {
     if (plan == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a plan from fas_plan_create()");
     if (plan->magic != kPlanMagic) {
@@ -42,16 +53,6 @@ int max_length(const int32_t* offsets, int batch_size) {
 }
 
 
-// A plan runs and is released on its own device, the calling thread's current one.
-fas_status check_plan_device(const fas_plan* plan, const char* call) {
-    int device = 0;
-    const cudaError_t error = cudaGetDevice(&device);
-    if (error != cudaSuccess) return fail_cuda(error, "cudaGetDevice");
-    if (device == plan->device) return FAS_SUCCESS;
-    return fail(FAS_ERROR_INVALID_ARGUMENT,
-                concat("the current device is ", device, " but the plan was made on device ", plan->device,
-                       "; call cudaSetDevice(", plan->device, ") before ", call, ", or make a plan per device"));
-}
 
 // The softcap, the sinks, and the local window in the layout's terms: -1 or a width up to max_seqlen_k per
 // side, the right side 0 for causal plans, and a window whose right side is 0 made causal (the
@@ -157,8 +158,14 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                       "(queries per sequence x query heads per KV head; here ", layout.max_seqlen_q, " x ",
                       layout.num_heads_q / layout.num_heads_k, "); the 64-row paged tiles take none of them yet");
     }
+    if (kv.table_stride > 0 && (*kernel)->tile_q != 16) {
+        return concat("device-length plans run on the decode kernel, whose tiles hold 16 rows (32 on stream cards) "
+                      "of queries per sequence x query heads per KV head; here ", layout.max_seqlen_q, " x ",
+                      layout.num_heads_q / layout.num_heads_k);
+    }
     request->cu_seqlens_q = args.cu_seqlens_q;
     request->batch_size = layout.batch_size;
+    request->table_stride = kv.table_stride;
     if (kv.paged) {
         request->kv_lengths = kv.kv_lengths;
         request->num_pages = kv.num_pages;
@@ -195,6 +202,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
                                      layout.head_dim,       layout.causal,      layout.dtype == FAS_DTYPE_E4M3,
                                      device.sm_count, layout.window_left};
     if (args.disable_sm90 != 0) return "disabled by fas_plan_args.disable_sm90";
+    if (args.device_lengths != 0) return "device-length plans run on the paged family's decode kernel";
     if (has_fp8_kv_cache(layout)) return "FP8 (e4m3) KV caches run on the paged family's decode kernel";
     if (layout.window_right > 0) {
         return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
@@ -280,8 +288,13 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
     status = check_device(device_index, &device);
     if (status != FAS_SUCCESS) return status;
 
+    if (args.device_lengths != 0 && (!kv.paged || layout.batch_size > fas_paged::kMaxDeviceBatch)) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("device_lengths needs a paged KV cache (kv_layout FAS_KV_PAGED) and at most ",
+                           fas_paged::kMaxDeviceBatch, " sequences (here ", layout.batch_size, ")"));
+    }
     // A paged batch of decode and prefill sequences: a plan per part (mixed.h).
-    if (const int split = may_mix ? mixed_split(args) : 0; split > 0) {
+    if (const int split = may_mix && args.device_lengths == 0 ? mixed_split(args) : 0; split > 0) {
         std::unique_ptr<MixedPlan> mixed;
         status = create_mixed_plan(args, split, &mixed);
         if (status != FAS_SUCCESS) return status;

@@ -11,6 +11,8 @@ fas_status create_plan(const fas_plan_args* args, fas_plan** plan);
 // A plan of one part of a mixed plan (mixed.h): never split again.
 fas_status create_plan_part(const fas_plan_args* args, fas_plan** plan);
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* args);
+// fas_plan_update (plan_update.cpp): a device-length plan's schedule for a step's device lengths.
+fas_status update_plan(fas_plan* plan, const fas_plan_update_args* args);
 fas_status destroy_plan(fas_plan* plan);
 fas_status destroy_plan_async(fas_plan* plan, cudaStream_t stream);
 fas_status plan_info(const fas_plan* plan, fas_plan_info* info);

@@ -34,6 +34,8 @@ namespace fas {
 
 // FAS_SUCCESS for a live plan, else FAS_ERROR_INVALID_ARGUMENT with a message.
 fas_status check_plan(const fas_plan* plan);
+// FAS_SUCCESS when the calling thread's current device is the plan's (`call` names the caller).
+fas_status check_plan_device(const fas_plan* plan, const char* call);
 
 }  // namespace fas
 

@@ -59,6 +59,21 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
         kv->total_pages += pages;
         layout->max_seqlen_k = std::max(layout->max_seqlen_k, length);
     }
+    if (args.device_lengths != 0) {  // a block table (DEVICE LENGTHS): batch rows of max_pages_per_sequence ids
+        const int64_t most = (layout->max_seqlen_k + int64_t{args.page_size} - 1) / args.page_size;
+        if (args.max_pages_per_sequence < std::max<int64_t>(most, 1)) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        concat("max_pages_per_sequence is ", args.max_pages_per_sequence, " but a capacity in kv_lengths ("
+                               , layout->max_seqlen_k, " keys) needs ", std::max<int64_t>(most, 1), " pages of ",
+                               args.page_size, "; pass the block table's row length"));
+        }
+        if (args.page_indices_host != nullptr) {
+            return fail(FAS_ERROR_INVALID_ARGUMENT,
+                        "page_indices_host is set, but a device-length plan's block table changes per step; pass NULL");
+        }
+        kv->table_stride = args.max_pages_per_sequence;
+        kv->total_pages = int64_t{args.batch_size} * args.max_pages_per_sequence;
+    }
     if (kv->total_pages > INT32_MAX) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     concat("the batch lists ", kv->total_pages, " pages; the page table holds at most ", INT32_MAX,

@@ -27,6 +27,7 @@ struct KvCache {
     int64_t total_pages = 0;
     int64_t k_page_stride = 0;  // elements, resolved (paged)
     int64_t v_page_stride = 0;
+    int table_stride = 0;  // > 0: a device-length plan's block table row (max_pages_per_sequence)
 };
 
 // Checks the KV fields of args (its kv_layout and what goes with it) and their host arrays.

@@ -92,6 +92,31 @@
  *   (fas_plan_info.kv_splits > 1): runs of such a plan must be ordered with each other (one
  *   stream, or joined with events), unlike other plans. The LSE is token-major ([total_q,
  *   num_heads_q], FAS_LSE_TOKEN_MAJOR). Writing into the caches: KV APPEND (its own header).
+ *
+ *   DEVICE LENGTHS (since 0.5; fas_plan_args.device_lengths): for engines that capture a decode
+ *   step in a CUDA graph once and replay it while sequences grow. The plan is made for a capacity:
+ *   batch_size sequences (at most 2048; padding slots included), cu_seqlens_q (host, fixed: every
+ *   run has these query rows), kv_lengths (host) the most keys each sequence may hold, and the page
+ *   table is a BLOCK TABLE: a DEVICE int32 array [batch_size, max_pages_per_sequence] (vLLM's and
+ *   FA3's layout), row i listing sequence i's pages in order; only its first ceil(len_i /
+ *   page_size) entries are read, so the rest may hold anything (e.g. -1). max_pages_per_sequence
+ *   must cover every capacity; page_indices_host must be NULL. Runs pass the block table as
+ *   fas_plan_run_args.page_indices (fas_plan_info.total_pages = batch_size *
+ *   max_pages_per_sequence). fas_plan_update(plan, args) enqueues on args->stream a kernel that
+ *   reads this step's key counts from the DEVICE array args->kv_lengths [batch_size] and writes
+ *   the plan's schedule (work items, KV split, merge) on the device, with the rules a plan made
+ *   on the host for those lengths follows; every later run on that stream (every layer of the
+ *   step) uses it, and writes the same bits as such a host plan where both take the same decode
+ *   shape (fas_plan_info.ctas_per_sm: the shape is chosen at creation, for the capacity). Nothing
+ *   is read on the host, nothing allocated or synchronized: capture update + runs in a graph and
+ *   replay it. Lengths outside [0, capacity] are held to it (memory stays safe; such rows are
+ *   wrong). A sequence of length 0 (a padding slot) writes out = 0 and LSE = +infinity. Until the
+ *   first update a run sees the capacity lengths. Updates and runs of one plan must be ordered
+ *   (one stream); the update's kernel must have completed before a run reads its schedule, which
+ *   stream order gives unless a kernel in between was launched with programmatic dependent
+ *   launch and never waited for its predecessor. Device-length plans run on the paged family's
+ *   decode kernel only: queries per sequence x query heads per KV head must fit its 16-row tiles
+ *   (32 on fas_plan_info.ctas_per_sm's stream cards); others fail with FAS_ERROR_NOT_BUILT.
  */
 #ifndef FLASH_ATTN_STANDALONE_PAGED_H
 #define FLASH_ATTN_STANDALONE_PAGED_H
@@ -114,6 +139,22 @@ extern "C" {
  * for a bad dtype, head_dim, max_query_len (>= 1) or group (>= 1). Added in 0.2. */
 FAS_API fas_status fas_query_paged_support(fas_dtype dtype, int head_dim, int causal, int max_query_len, int group,
                                            int* query_tile_rows);
+
+/* Arguments of fas_plan_update. Initialise with fas_plan_update_args_init(); same ABI rule as
+ * fas_plan_args. */
+typedef struct fas_plan_update_args {
+    size_t struct_size;        /* must be sizeof(fas_plan_update_args) */
+    const int32_t* kv_lengths; /* DEVICE, batch_size key counts of this step, 4-byte aligned */
+    cudaStream_t stream;       /* stream of the plan's device; 0 = legacy default stream */
+} fas_plan_update_args;
+
+/* Sets every field of *args to zero and args->struct_size to sizeof(fas_plan_update_args). */
+FAS_API void fas_plan_update_args_init(fas_plan_update_args* args);
+
+/* Enqueues a device-length plan's schedule for args->kv_lengths on args->stream (DEVICE
+ * LENGTHS). FAS_ERROR_INVALID_ARGUMENT for a plan made without device_lengths or a bad argument;
+ * pending-CUDA-error rule as fas_plan_run. Added in 0.5. */
+FAS_API fas_status fas_plan_update(fas_plan* plan, const fas_plan_update_args* args);
 
 #ifdef __cplusplus
 } /* extern "C" */

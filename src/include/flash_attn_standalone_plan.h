@@ -240,6 +240,11 @@ typedef struct fas_plan_args {
     fas_dtype kv_dtype;
     /* ---- appended in 0.5 ---- */
     int use_sinks; /* non-zero: runs pass sinks (see SINKS in MASKS); 0 = none */
+    /* FAS_KV_PAGED: non-zero makes a device-length plan (DEVICE LENGTHS in
+     * flash_attn_standalone_paged.h): kv_lengths are then each sequence's capacity, and the page
+     * table a block table of max_pages_per_sequence ids per sequence */
+    int device_lengths;
+    int max_pages_per_sequence;
 } fas_plan_args;
 
 /* Arguments of fas_plan_run. Initialise with fas_plan_run_args_init(). */

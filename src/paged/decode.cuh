@@ -74,8 +74,14 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     // KV heads vary fastest across the grid: the CTAs of one sequence's heads run together and
     // read the two halves of the same cache rows at about the same time.
     const int cta = blockIdx.x / a.num_heads_k, kv_head = blockIdx.x % a.num_heads_k;
+    if (a.device_ctas != nullptr) {  // a device-length plan: its schedule is the update's, and may be shorter
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+        if (cta >= *a.device_ctas) return;
+    }
 
-    // The plan's own schedule: safe to read before the previous kernel on the stream finishes.
+    // A host plan's own schedule: safe to read before the previous kernel on the stream finishes.
     const int request = a.request_indices[cta], qo_tile = a.qo_tile_indices[cta], kv_tile = a.kv_tile_indices[cta];
     const int group = a.num_heads_q / a.num_heads_k;
     const int q_begin = a.q_indptr[request], qo_len = a.q_indptr[request + 1] - q_begin;
@@ -336,7 +342,7 @@ cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
         error = with_shape<Dtype, KvDtype, HeadDim, Causal, true>(a.shape, launch);
     }
     if (error != cudaSuccess || !a.split) return error;
-    return launch_merge<typename Element<Dtype>::type, HeadDim>(a, stream);
+    return launch_merge_decode<typename Element<Dtype>::type, HeadDim>(a, stream);
 }
 
 }  // namespace fas_paged

@@ -14,6 +14,11 @@
 namespace fas_paged {
 namespace decode {
 
+// Work items of the launch: its CTAs' schedule rows times the KV heads.
+__device__ __forceinline__ int item_count(const LaunchArgs& a) {
+    return (a.device_ctas != nullptr ? *a.device_ctas : a.num_ctas) * a.num_heads_k;
+}
+
 // One work item (a 16-row query tile x KV chunk x KV head): what producer and consumers agree on.
 struct Item {
     int request, qo_tile, kv_tile, kv_head;
@@ -41,8 +46,9 @@ __device__ __forceinline__ ItemSeq load_seq(const LaunchArgs& a, int request) {
             a.last_page_len[request]};
 }
 
+// chunk: the plan's KV chunk (kv_chunk_size[0]) when split, else 0; read once per CTA.
 template <int Keys>
-__device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const ItemRow& r, const ItemSeq& q) {
+__device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const ItemRow& r, const ItemSeq& q, int chunk_size) {
     Item w;
     w.kv_head = index % a.num_heads_k;  // KV heads fastest: one sequence's heads read the same rows together
     w.request = r.request;
@@ -55,7 +61,7 @@ __device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const I
     w.kv_len = pages == 0 ? 0 : (pages - 1) * a.page_size + q.last_page_len;
     const int kv_start = window_start(w.kv_len, w.qo_len, a.window_left);
     const int span = w.kv_len - kv_start;
-    const int chunk = a.split ? a.kv_chunk_size[0] : span;
+    const int chunk = a.split ? chunk_size : span;
     w.kv_begin = kv_start + (a.split ? min(w.kv_tile * chunk, span) : 0);
     w.kv_end = a.split ? min(w.kv_begin + chunk, w.kv_len) : w.kv_len;
     w.first = w.kv_begin >> a.box_shift << a.box_shift;
@@ -65,9 +71,9 @@ __device__ __forceinline__ Item describe(const LaunchArgs& a, int index, const I
 }
 
 template <int Keys>
-__device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
+__device__ __forceinline__ Item describe(const LaunchArgs& a, int index, int chunk_size) {
     const ItemRow r = load_row(a, index);
-    return describe<Keys>(a, index, r, load_seq(a, r.request));
+    return describe<Keys>(a, index, r, load_seq(a, r.request), chunk_size);
 }
 
 // A CTA's items (blockIdx.x, + gridDim.x, ...) in order, each described from loads issued ahead:
@@ -78,16 +84,18 @@ __device__ __forceinline__ Item describe(const LaunchArgs& a, int index) {
 template <int Keys>
 struct ItemStream {
     int index;        // the next item take() returns
+    int chunk;        // the plan's KV chunk, split plans (loaded here once, not per item)
     ItemRow row[2];   // of index and index + gridDim.x
     ItemSeq seq;      // of index
-    __device__ __forceinline__ ItemStream(const LaunchArgs& a, int items) : index(blockIdx.x) {
+    __device__ __forceinline__ ItemStream(const LaunchArgs& a, int items)
+        : index(blockIdx.x), chunk(a.split ? a.kv_chunk_size[0] : 0) {
         row[0] = index < items ? load_row(a, index) : ItemRow{};
         seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};
         row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
     }
     // Item `index` (which must be < items), then the loads of the two after it.
     __device__ __forceinline__ Item take(const LaunchArgs& a, int items) {
-        const Item w = describe<Keys>(a, index, row[0], seq);
+        const Item w = describe<Keys>(a, index, row[0], seq, chunk);
         index += gridDim.x;
         row[0] = row[1];
         seq = index < items ? load_seq(a, row[0].request) : ItemSeq{};

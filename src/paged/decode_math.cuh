@@ -205,13 +205,17 @@ struct TileOutput {
 };
 
 // Writes 8 elements (chunk8) of a tile row's output, and the row's log2 LSE with chunk 0: to out
-// and lse, or to a split plan's fp32 partials (the merge rounds once, not once per chunk).
+// and lse, or to a split plan's fp32 partials (the merge rounds once, not once per chunk). A
+// sequence of one chunk writes out itself, in split plans too (merge_decode skips its rows): the
+// same values the merge would round from its one partial, without the round trip.
 template <typename T, int HeadDim>
 __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutput& tile, int token, int head,
                                             int chunk8, const float (&acc)[8], float lse_value) {
-    const int64_t out_row = a.o_indptr[tile.request] + (a.split ? token * tile.num_chunks + tile.kv_tile : token);
+    const bool partial = a.split && tile.num_chunks > 1;
+    const int64_t out_row = partial ? a.o_indptr[tile.request] + token * tile.num_chunks + tile.kv_tile
+                                    : a.q_indptr[tile.request] + token;
     const int64_t at = (out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
-    if (a.split) {
+    if (partial) {
         float4* to = reinterpret_cast<float4*>(static_cast<float*>(a.tmp_v) + at);
         to[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         to[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -223,7 +227,7 @@ __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutpu
         packed8.w = pack<T>(acc[6], acc[7]);
         *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + at) = packed8;
     }
-    float* lse = a.split ? a.tmp_s : a.lse;
+    float* lse = partial ? a.tmp_s : a.lse;
     if (chunk8 == 0 && lse != nullptr) lse[out_row * a.num_heads_q + head] = lse_value;
 }
 

@@ -105,7 +105,7 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
     const int id_shift = 5 - (StageIds<S::kKeys>::kKeysShift - a.box_shift);  // 1 << id_shift: stages of an id group
     int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
-    const int items = a.num_ctas * a.num_heads_k;
+    const int items = item_count(a);
     ItemStream<S::kKeys> ahead(a, items);
     StageIds<S::kKeys> ids, next, upcoming;  // id groups: this stage's, the item's next, the next item's first
     struct FirstRow {
@@ -158,7 +158,7 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
                 next.load(a, w, index, it + (1 << id_shift), a.box_shift, page_shift, lane);
             }
             if (it == next_item_at && ahead.index < items) {
-                const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq);
+                const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq, ahead.chunk);
                 if constexpr (Flat) {
                     next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
                 } else {
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     };
     // 16-bit q: each item's Q tile is copied an item ahead, into the other of two buffers, so that
     // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item).
-    const int items = a.num_ctas * a.num_heads_k;
+    const int items = item_count(a);
     const auto copy_q = [&](const Item& w, uint8_t* to) {
         for (int i = tid; i < kRows * kQChunks; i += kConsumers) {
             const int row = i / kQChunks, packed = w.qo_tile * kRows + row, token = packed / group;
@@ -243,7 +243,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-producer.md).
     constexpr bool kAhead = !kFp8 && RowBlocks == 1;
     ItemStream<S::kKeys> ahead(a, kAhead ? items : 0);
-    const auto take = [&](int index) { return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index); };
+    const auto take = [&](int index) {
+        return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index, ahead.chunk);
+    };
     Item next{};
     if (!kFp8 && static_cast<int>(blockIdx.x) < items) {
         next = take(blockIdx.x);

@@ -79,6 +79,93 @@ cudaError_t launch_merge(const LaunchArgs& a, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// The decode kernel's merge: a CTA per (row, head) of out's rows from first_row on, folding the
+// row's chunks (partial rows merge_indptr[r] .. merge_indptr[r + 1] - 1, their fp32 O and log2
+// LSE): warp w folds chunks w, w + 8, ... in order, its loads of up to 8 chunks issued together,
+// then the 8 warps' states meet in shared memory in warp order (a fixed order: every plan of the
+// same lengths rounds alike). Rows of one chunk were written to out by the attention kernel itself
+// (decode_math.cuh's store_chunk) and are skipped, so a device-length plan whose update chose no
+// split passes through at the cost of reading merge_indptr.
+constexpr int kMergeWarps = 8;
+template <typename T, int HeadDim>
+__global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __grid_constant__ LaunchArgs a) {
+    constexpr int kPerLane = HeadDim / 32;
+    constexpr int kAhead = 8;  // chunks a warp loads before folding them
+    __shared__ float state[kMergeWarps][2];
+    __shared__ float partial[kMergeWarps][HeadDim];
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+    // A device-length plan's unsplit update (every row one chunk, written by the attention kernel).
+    if (a.device_ctas != nullptr && a.kv_chunk_size[0] == kUnsplitChunk) return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
+    for (int64_t pair = blockIdx.x; pair < pairs; pair += gridDim.x) {
+        const int r = static_cast<int>(pair / a.num_heads_q), head = static_cast<int>(pair % a.num_heads_q);
+        const int begin = a.merge_indptr[r], end = a.merge_indptr[r + 1];
+        if (end - begin <= 1) continue;  // uniform across the CTA
+        float m = -INFINITY, d = 0.f, o[kPerLane] = {};
+        for (int first = begin + warp; first < end; first += kAhead * kMergeWarps) {
+            float s[kAhead], v[kAhead][kPerLane];
+#pragma unroll
+            for (int k = 0; k < kAhead; ++k) {
+                const int c = first + k * kMergeWarps;
+                s[k] = c < end ? a.tmp_s[static_cast<int64_t>(c) * a.num_heads_q + head] : -INFINITY;
+                const float* from = static_cast<const float*>(a.tmp_v) +
+                                    (static_cast<int64_t>(c < end ? c : begin) * a.num_heads_q + head) * HeadDim +
+                                    lane * kPerLane;
+#pragma unroll
+                for (int e = 0; e < kPerLane; ++e) v[k][e] = from[e];
+            }
+#pragma unroll
+            for (int k = 0; k < kAhead; ++k) {
+                if (s[k] == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
+                const float top = fmaxf(m, s[k]), scale = exp2f(m - top), weight = exp2f(s[k] - top);
+                d = d * scale + weight;
+#pragma unroll
+                for (int e = 0; e < kPerLane; ++e) o[e] = o[e] * scale + weight * v[k][e];
+                m = top;
+            }
+        }
+        if (lane == 0) {
+            state[warp][0] = m;
+            state[warp][1] = d;
+        }
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) partial[warp][lane * kPerLane + e] = o[e];
+        __syncthreads();
+        float top = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kMergeWarps; ++w) top = fmaxf(top, state[w][0]);
+        if (top == -INFINITY) top = 0.f;  // no chunk saw a key: every weight below is 0
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < kMergeWarps; ++w) sum += state[w][1] * exp2f(state[w][0] - top);  // 0 for idle warps
+        const int64_t row = static_cast<int64_t>(a.first_row) + r;
+        T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim;
+        const float inverse = sum > 0.f ? 1.f / sum : 0.f;
+        for (int e = threadIdx.x; e < HeadDim; e += blockDim.x) {
+            float value = 0.f;
+#pragma unroll
+            for (int w = 0; w < kMergeWarps; ++w) value += partial[w][e] * exp2f(state[w][0] - top);
+            out[e] = static_cast<T>(value * inverse);
+        }
+        if (a.lse != nullptr && threadIdx.x == 0) a.lse[row * a.num_heads_q + head] = sum > 0.f ? top + log2f(sum) : -INFINITY;
+        __syncthreads();  // the next pair reuses state and partial
+    }
+}
+
+template <typename T, int HeadDim>
+cudaError_t launch_merge_decode(const LaunchArgs& a, cudaStream_t stream) {
+    static_assert(HeadDim % 32 == 0, "a warp's lanes split the head dim evenly");
+    const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
+    const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, 8LL * a.sm_count));
+    const cudaError_t error = launch_overlapped(merge_decode_kernel<T, HeadDim>, dim3(static_cast<unsigned>(ctas)),
+                                                dim3(32 * kMergeWarps), 0, stream, a);
+    if (error != cudaSuccess) return error;
+    return cudaGetLastError();
+}
+
 }  // namespace fas_paged
 
 #endif  // FAS_PAGED_MERGE_CUH

@@ -53,6 +53,10 @@ struct LaunchArgs {
     const int32_t* request_indices, *qo_tile_indices, *kv_tile_indices;  // [num_ctas]
     const int32_t* kv_chunk_size;  // [1]
     int num_ctas;
+    // Device-length plans (fas_plan_update): the CTA count of the latest update ([1] on the device,
+    // read after the previous kernel; num_ctas is then the plan's most, which sizes the grid).
+    // NULL: a host plan.
+    const int32_t* device_ctas;
     // Split plans: the kernel writes partial rows (tmp_v, tmp_s), the merge combines them.
     bool split;
     void* tmp_v;
@@ -219,7 +223,8 @@ inline bool pair_tiles(const fas::DeviceProps& device, bool contiguous, int page
 // Whether any kernel of this build serves (dtype, kv_dtype, head_dim, causal) in some layout.
 bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal);
 
-// What a plan is made from: host lengths and the KV addressing.
+// What a plan is made from: host lengths and the KV addressing. Device-length plans: kv_lengths
+// are each sequence's capacity and table_stride > 0 the block table's row (pages per sequence).
 struct PlanRequest {
     const int32_t* cu_seqlens_q;  // host, batch + 1
     const int32_t* kv_lengths;    // host, batch (paged); NULL for contiguous KV
@@ -228,7 +233,24 @@ struct PlanRequest {
     int page_size;  // paged: the caller's; contiguous: chosen by the planner
     int num_pages;  // paged: the caches' pages; contiguous: 0
     int64_t k_page_stride, v_page_stride;  // elements (resolved)
+    int table_stride = 0;  // > 0: a device-length plan
 };
+
+// Device-length plans (fas_plan_update): the host schedule's rules, run on the device
+// (device_plan.cu) into the plan's arrays from a step's KV lengths. At most kMaxDeviceBatch
+// sequences (one CTA plans them); the page table is a block table, row i of table_stride ids at
+// i * table_stride (page_indptr), and an unsplit update sets the chunk to kUnsplitChunk (every
+// sequence one chunk of all its keys: the kernels then write out themselves).
+constexpr int kMaxDeviceBatch = 2048;
+constexpr int32_t kUnsplitChunk = 1 << 30;
+struct DeviceUpdate {
+    int batch, group, tile_q, kv_tile, num_heads_k, window_left, page_size, table_stride, max_ctas;
+    long long wave;             // CTAs of one wave of the plan's shape
+    const int32_t* capacity;    // [batch] keys each sequence may hold (device)
+    const int32_t* q_indptr;    // [batch + 1] (device)
+    int32_t *last_page_len, *o_indptr, *merge_indptr, *kv_chunk_size, *requests, *qo_tiles, *kv_tiles, *device_ctas;
+};
+cudaError_t launch_update(const DeviceUpdate& update, const int32_t* kv_lengths, cudaStream_t stream);
 
 struct Plan {
     fas::DeviceBlock* block = nullptr;  // schedule arrays, contiguous-KV page ids, partial buffers
@@ -241,6 +263,8 @@ struct Plan {
     int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
     int tile_rows = 16;   // of a query tile (fas_plan_info.query_tile_rows): the kernel's, 32 paired
     int group = 1;
+    bool device_lengths = false;  // its schedule is rewritten by fas_plan_update (update below)
+    DeviceUpdate update{};
 
     Plan() = default;
     Plan(const Plan&) = delete;
@@ -258,6 +282,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 // e4m3 q takes q_descale; the others ignore them).
 fas_status run_plan(const Plan& plan, const fas_plan_run_args& run);
 fas_status retire_plan(Plan* plan, cudaStream_t stream);
+// A device-length plan's schedule for the DEVICE kv_lengths [batch], enqueued on stream.
+fas_status update_plan(const Plan& plan, const int32_t* kv_lengths, cudaStream_t stream);
 
 }  // namespace fas_paged
 

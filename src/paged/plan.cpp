@@ -116,6 +116,31 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
     s->partial_rows = s->o_indptr[batch];
 }
 
+// A device-length plan's arrays (paged.h): the capacity schedule `s` widened to what any update
+// may write (fas_plan_update rewrites them), the page table as block-table rows, the capacity and
+// the CTA count the kernels read. Returns the items the arrays hold.
+int64_t widen_for_updates(const fas::Layout& layout, const PlanRequest& request, int tile_q, int64_t wave,
+                          HostSchedule* s, std::vector<int32_t>* capacity) {
+    const int batch = request.batch_size, group = layout.num_heads_q / layout.num_heads_k;
+    int64_t tiles = 0;
+    for (int i = 0; i < batch; ++i) {
+        tiles += ceil_div(int64_t{request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i]} * group, tile_q);
+    }
+    // Unsplit, one item per query tile; split, at most a wave's CTAs (choose_chunk).
+    const int64_t items = std::max(tiles, wave / layout.num_heads_k);
+    for (auto* column : {&s->request, &s->qo_tile, &s->kv_tile}) column->resize(items, 0);
+    capacity->assign(request.kv_lengths, request.kv_lengths + batch);
+    for (int i = 0; i <= batch; ++i) s->page_indptr[i] = i * request.table_stride;
+    for (int i = 0; i < batch; ++i) s->last_page_len[i] = request.kv_lengths[i] - (request.table_stride - 1) * request.page_size;
+    if (s->chunk == 0) {  // the update's unsplit form: one chunk per sequence, which the merge skips
+        s->merge_indptr.resize(layout.total_q - request.cu_seqlens_q[0] + 1);
+        std::iota(s->merge_indptr.begin(), s->merge_indptr.end(), 0);
+        s->chunk = kUnsplitChunk;
+    }
+    s->partial_rows = std::max(s->partial_rows, ceil_div(tile_q, group) * items);
+    return items;
+}
+
 // Appends `values` to the staging image at *offset (4-byte entries, 16-byte aligned starts).
 const int32_t* place(const std::vector<int32_t>& values, char* staging, const char* device, size_t* offset) {
     const size_t at = *offset;
@@ -222,6 +247,13 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     } catch (const std::bad_alloc&) {
         return fail(FAS_ERROR_INTERNAL, "out of host memory while planning the paged kernels' work");
     }
+    const bool device_lengths = request.table_stride > 0;
+    std::vector<int32_t> capacity;
+    const int32_t planned_ctas = static_cast<int32_t>(s.request.size());
+    if (device_lengths) {
+        const int64_t plan_wave = is_stream(shape) ? wave(1) : wave(shape == kLong ? long_ctas : short_ctas);
+        widen_for_updates(layout, request, shape == kPairStream ? kPairTileRows : kernel->tile_q, plan_wave, &s, &capacity);
+    }
     const int64_t num_ctas = static_cast<int64_t>(s.request.size());
     // The kernel addresses out, the partial buffers and q with 32-bit products.
     const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
@@ -236,10 +268,10 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 
     std::unique_ptr<Plan> plan(new (std::nothrow) Plan());
     if (plan == nullptr) return fail(FAS_ERROR_INTERNAL, "out of host memory for the paged plan");
-    const std::vector<int32_t> chunk_value{s.chunk};
-    const std::vector<int32_t>* arrays[] = {&s.request,       &s.qo_tile, &s.kv_tile,      &s.q_indptr,
-                                            &s.o_indptr,      &s.page_indptr, &s.last_page_len, &s.merge_indptr,
-                                            &s.page_ids,      &chunk_value};
+    const std::vector<int32_t> chunk_value{s.chunk}, ctas_value{planned_ctas};
+    const std::vector<int32_t>* arrays[] = {&s.request,  &s.qo_tile,     &s.kv_tile,   &s.q_indptr,
+                                            &s.o_indptr, &s.page_indptr, &s.last_page_len, &s.merge_indptr,
+                                            &s.page_ids, &chunk_value,   &capacity,    &ctas_value};
     size_t schedule_bytes = 0;
     for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
     const size_t element = static_cast<size_t>(kPartialElementBytes);
@@ -265,7 +297,16 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.merge_indptr = place(s.merge_indptr, staging, base, &offset);
     const int32_t* own_page_ids = place(s.page_ids, staging, base, &offset);
     a.kv_chunk_size = place(chunk_value, staging, base, &offset);
+    const int32_t* capacity_on_device = place(capacity, staging, base, &offset);
+    const int32_t* ctas_on_device = place(ctas_value, staging, base, &offset);
     error = fas::device_block_upload(plan->block, schedule_bytes, &message);
+    if (error == cudaSuccess && device_lengths) {
+        // Made once, updated and run in captured graphs: nothing may query the upload's event
+        // there (an event query is refused during capture), so wait for it here.
+        error = cudaEventSynchronize(plan->block->uploaded);
+        if (error == cudaSuccess) plan->block->upload_seen_complete.store(true, std::memory_order_release);
+        message = "waiting for the device-length plan's upload";
+    }
     if (error != cudaSuccess) {
         cudaGetLastError();
         return fail_cuda(error, message);
@@ -309,6 +350,18 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->ctas_per_sm = is_stream(shape) ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
     plan->tile_rows = shape == kPairStream ? kPairTileRows : kernel->tile_q;
     plan->group = layout.num_heads_q / layout.num_heads_k;
+    if (device_lengths) {
+        a.device_ctas = ctas_on_device;
+        const auto own = [](const int32_t* p) { return const_cast<int32_t*>(p); };  // the plan's block
+        plan->device_lengths = true;
+        plan->update = DeviceUpdate{request.batch_size, plan->group, plan->tile_rows,
+                                    kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv), layout.num_heads_k,
+                                    layout.window_left, request.page_size, request.table_stride, a.num_ctas,
+                                    is_stream(shape) ? wave(1) : wave(plan->ctas_per_sm), capacity_on_device,
+                                    a.q_indptr, own(a.last_page_len), own(a.o_indptr), own(a.merge_indptr),
+                                    own(a.kv_chunk_size), own(a.request_indices), own(a.qo_tile_indices),
+                                    own(a.kv_tile_indices), own(ctas_on_device)};
+    }
     *out = std::move(plan);
     return FAS_SUCCESS;
 }
@@ -359,6 +412,14 @@ fas_status run_plan(const Plan& plan, const fas_plan_run_args& run) {
     error = fas::convert_lse_log2_to_ln(run.softmax_lse + first, static_cast<int64_t>(plan.total_q) * a.num_heads_q - first,
                                         a.sm_count, run.stream);
     if (error != cudaSuccess) return fail_cuda(error, "LSE conversion kernel launch");
+    return FAS_SUCCESS;
+}
+
+fas_status update_plan(const Plan& plan, const int32_t* kv_lengths, cudaStream_t stream) {
+    cudaError_t error = fas::device_block_prepare_run(plan.block, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "waiting for the paged schedule upload (cudaStreamWaitEvent)");
+    error = launch_update(plan.update, kv_lengths, stream);
+    if (error != cudaSuccess) return fail_cuda(error, "paged plan update kernel launch");
     return FAS_SUCCESS;
 }
 

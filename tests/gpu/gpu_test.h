@@ -307,6 +307,8 @@ void report_plan_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally
 void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
 // paged_misuse.cpp: paged plans and runs given bad arguments, refused (paged.cpp calls it).
 void report_paged_misuse_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+// Device-length plans and their misuse (device_lengths.cpp; run with the paged group).
+void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);
 
 // append.cpp: fas_kv_append into paged caches (then attended), e4m3 caches, invalid slots, misuse.
 void report_append_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally* tally);

@@ -428,6 +428,7 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
     for (const PagedCase& c : cases) {
         report(describe(c, dtype), guarded([&] { return run_paged_case(c, dtype, seed++, stream); }), tally);
     }
+    report_device_length_cases(dtype, quick, stream, tally);
     // The misuse plan is head dim 128.
     if (std::none_of(cases.begin(), cases.end(), [](const PagedCase& c) { return c.head_dim == 128; })) return;
     report_paged_misuse_cases(dtype, stream, tally);
