@@ -17,7 +17,7 @@ else
 fi
 if command -v pkg-config > /dev/null; then
   # shellcheck disable=SC2046,SC2086  # the flags are words
-  "${CXX:-g++}" -std=c++17 -O2 -o "$out/consumer-pkgconfig" "$here/consumer.cpp" \
+  "${CXX:-g++}" -std=c++17 -O2 -I"$here/../common" -o "$out/consumer-pkgconfig" "$here/consumer.cpp" \
     $(PKG_CONFIG_PATH="$artifact/lib/pkgconfig" pkg-config --cflags --libs flash_attn_standalone) \
     ${CUDA_FLAGS:-} -lcudart_static -ldl -lrt -pthread
 else

@@ -4,7 +4,7 @@
 // CUDA graph of update + run). Every step's out and LSE must equal, bit for bit, those of a plan
 // made on the host for that step's lengths (the same pages as a CSR table), and the first step's
 // must pass the reference rule (reference.h); lengths beyond a capacity (or negative) must act as
-// held to it. Misuse: updates of plans made without
+// held to it, and a run before any update as the capacity. Misuse: updates of plans made without
 // device_lengths, a NULL length array, a block table too narrow, a plan past the decode kernel.
 #include "reference.h"
 
@@ -113,6 +113,34 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
         if (graph != nullptr) CUDA_CHECK(cudaGraphDestroy(graph));
     }
     char numbers[160] = "";
+    if (failure.empty() && !c.graph) {  // before any update a run attends the capacity
+        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
+        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
+        if (fas_plan_run(plan, &device_run) != FAS_SUCCESS) {
+            failure = std::string("run before an update: ") + fas_get_last_error();
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const Outputs before = read_outputs(out_dev, lse_dev);
+        std::vector<int32_t> csr;
+        for (int i = 0; i < batch; ++i) {
+            csr.insert(csr.end(), table.begin() + i * stride, table.begin() + i * stride + ceil_div(capacity[i], c.page_size));
+        }
+        upload(csr_dev.as<void>(), csr.data(), csr.size() * 4);
+        fas_plan* host = nullptr;
+        const fas_plan_run_args host_run = run_args(csr_dev);
+        if (failure.empty() && (make_plan(capacity, false, csr.data(), &host) != FAS_SUCCESS ||
+                                fas_plan_run(host, &host_run) != FAS_SUCCESS)) {
+            failure = std::string("the capacity's host plan: ") + fas_get_last_error();
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        fas_plan_destroy(host);
+        const Outputs expected = read_outputs(out_dev, lse_dev);
+        const bool same = before.out == expected.out &&
+                          std::memcmp(before.lse.data(), expected.lse.data(), lse_dev.bytes()) == 0;
+        if (failure.empty() && !same) {
+            failure = "a run before the first update differs from a host plan of the capacity";
+        }
+    }
     for (size_t s = 0; s < c.steps.size() && failure.empty(); ++s) {
         const std::vector<int32_t> given(c.steps[s].begin(), c.steps[s].end());
         upload(lengths_dev.as<void>(), given.data(), batch * 4);
@@ -192,19 +220,28 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
 }
 
 // Misuse: 0, an update of a plan made without device_lengths; 1, an update with kv_lengths NULL
-// (both FAS_ERROR_INVALID_ARGUMENT); 2, a block table too narrow for a capacity
-// (INVALID_ARGUMENT at creation); 3, 8 queries x GQA 8 (past the decode kernel's tiles: NOT_BUILT).
+// (both FAS_ERROR_INVALID_ARGUMENT); at creation, 2, a block table too narrow for a capacity, 4,
+// page_indices_host set, 5, more sequences than one update plans (INVALID_ARGUMENT); 3, 8 queries
+// x GQA 8 (past the decode kernel's tiles: NOT_BUILT).
 const char* const kDeviceMisuse[] = {
     "fas_plan_update of a plan made without device_lengths",
     "fas_plan_update with kv_lengths NULL",
     "device-length plan whose max_pages_per_sequence misses a capacity",
     "device-length plan past the decode kernel's tiles",
+    "device-length plan with page_indices_host",
+    "device-length plan of 2049 sequences",
 };
 
 CaseOutcome run_device_misuse(int which, fas_dtype dtype, cudaStream_t stream) {
-    const int32_t cu_q[3] = {0, which == 3 ? 8 : 1, which == 3 ? 16 : 2}, capacity[2] = {40, 100};
+    const int32_t cu_q[3] = {0, which == 3 ? 8 : 1, which == 3 ? 16 : 2}, capacity[2] = {40, 100}, ids[10] = {};
+    std::vector<int32_t> many_q(2050), many_capacity(2049, 1);
+    for (int i = 0; i < 2050; ++i) many_q[i] = i;
     DeviceBuffer lengths(8);
-    fas_plan_args args = paged_plan_args(dtype, cu_q, capacity, 2, which == 3 ? 16 : 2, 2, 128, true, 16, 64, nullptr);
+    fas_plan_args args = paged_plan_args(dtype, cu_q, capacity, 2, which == 3 ? 16 : 2, 2, 128, true, 16, 64,
+                                         which == 4 ? ids : nullptr);
+    if (which == 5) {
+        args = paged_plan_args(dtype, many_q.data(), many_capacity.data(), 2049, 2, 2, 128, true, 16, 4096, nullptr);
+    }
     args.device_lengths = which == 0 ? 0 : 1;
     args.max_pages_per_sequence = which == 2 ? 3 : 7;  // 100 keys need 7 pages of 16
     fas_plan* plan = nullptr;
@@ -259,7 +296,7 @@ void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream
         report(label, guarded([&] { return run_device_case(c, dtype, seed++, stream); }), tally);
     }
     if (!has_kernel("paged", dtype, 128, true)) return;
-    for (int which = 0; which < 4; ++which) {
+    for (int which = 0; which < 6; ++which) {
         report(kDeviceMisuse[which], guarded([&] { return run_device_misuse(which, dtype, stream); }), tally);
     }
 }
