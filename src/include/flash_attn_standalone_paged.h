@@ -111,7 +111,8 @@
  *   is read on the host, nothing allocated or synchronized: capture update + runs in a graph and
  *   replay it. Lengths outside [0, capacity] are held to it (memory stays safe; such rows are
  *   wrong). A sequence of length 0 (a padding slot) writes out = 0 and LSE = +infinity. Until the
- *   first update a run sees the capacity lengths. Updates and runs of one plan must be ordered
+ *   first update a run sees the capacity lengths; fas_plan_info describes the plan at its capacity
+ *   (kv_splits, num_ctas: the grid). Updates and runs of one plan must be ordered
  *   (one stream); the update's kernel must have completed before a run reads its schedule, which
  *   stream order gives unless a kernel in between was launched with programmatic dependent
  *   launch and never waited for its predecessor. Device-length plans run on the paged family's
