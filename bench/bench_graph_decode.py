@@ -9,6 +9,9 @@ A step is one decode step of a model: every layer's attention over the same leng
          same pages), one CUDA graph captured once of fas_plan_update + a run per layer, replayed.
 Both write their own output; after timing, the two must be equal bit for bit (printed). Timing:
 common.median_ms_each, both in the same rounds; issue 34's bar: graph / host <= 1.03 per row.
+--profile adds, per row, each kernel's mean duration and the time no kernel ran, per layer, for
+both (profile_decode.kernels_of: CUPTI through torch.profiler): where a graph step's extra time
+goes (a merge node per layer, gaps between the graph's nodes).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 import fas_ctypes
 from bench_decode import DEFAULT_ROWS, parse_row
 from common import Library, median_ms_each
+from profile_decode import kernels_of
 from fas_ctypes import FasError, KvLayout, PlanArgs, PlanRunArgs, PlanUpdateArgs
 
 PAGE = 16
@@ -40,8 +44,20 @@ def plan_args(batch: int, queries: int, kv_len: int, heads_q: int, heads_kv: int
     return args
 
 
+def print_profile(label: str, fn, layers: int) -> None:
+    """Each kernel's mean duration and the idle time, per layer of a step."""
+    result = kernels_of(fn, 5)
+    if result is None:
+        print(f"|   {label} | no kernels recorded | | |")
+        return
+    period, kernels, idle = result
+    print(f"|   {label} | a layer: {period / layers:.1f} us, idle {idle / layers:.2f} us | | |")
+    for name, (mean, count) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
+        print(f"|   | {name[:60]} | {mean:.2f} us | {count} |")
+
+
 def graph_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, queries: int, layers: int,
-              repeats: int):
+              repeats: int, profile: bool = False):
     stream = torch.cuda.current_stream().cuda_stream
     dev, bf16 = "cuda", torch.bfloat16
     stride = -(-kv_len // PAGE)
@@ -80,6 +96,9 @@ def graph_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int
     torch.cuda.synchronize()
     equal = torch.equal(outs["host"], outs["graph"])
     times = median_ms_each({"host": host_step, "graph": graph.replay}, repeats)
+    if profile:
+        print_profile("host", host_step, layers)
+        print_profile("graph", graph.replay, layers)
     info = lib.plan_info(device)
     for plan in (host, device):
         lib.check(lib.dll.fas_plan_destroy(plan))
@@ -92,6 +111,7 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, help="BATCHxKV[:HQ/HK][:qN] rows")
     parser.add_argument("--layers", type=int, default=36)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="kernel durations and idle time per layer")
     args = parser.parse_args()
     lib = Library(args.artifact)
     print(f"{torch.cuda.get_device_name()}, flash_attn_standalone {lib.version()}, bf16 hd{HEAD_DIM}, pages of {PAGE}, "
@@ -101,7 +121,8 @@ def main() -> None:
     for row in args.rows:
         batch, kv_len, heads_q, heads_kv, queries = parse_row(row)
         try:
-            times, equal, info = graph_row(lib, batch, kv_len, heads_q, heads_kv, queries, args.layers, args.repeats)
+            times, equal, info = graph_row(lib, batch, kv_len, heads_q, heads_kv, queries, args.layers, args.repeats,
+                                           args.profile)
         except FasError as error:  # e.g. rows past the decode kernel's tiles on this card
             print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | - | - | - | - | {error.message} |", flush=True)
             continue
