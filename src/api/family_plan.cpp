@@ -9,6 +9,12 @@
 
 namespace fas {
 
+fas_status FamilyPlan::update(const int32_t*, cudaStream_t) {
+    return fail(FAS_ERROR_INVALID_ARGUMENT,
+                "the plan was made without device_lengths, so its lengths are fixed; make it with "
+                "fas_plan_args.device_lengths = 1 (DEVICE LENGTHS) to update them on the device");
+}
+
 namespace {
 
 class Fa2Plan final : public FamilyPlan {
@@ -59,8 +65,8 @@ public:
     explicit PagedPlan(std::unique_ptr<fas_paged::Plan> plan) : plan_(std::move(plan)) {}
     fas_status run(const fas_plan_run_args& a) override { return fas_paged::run_plan(*plan_, a); }
     fas_status retire(cudaStream_t stream) override { return fas_paged::retire_plan(plan_.get(), stream); }
-    bool updatable() const override { return plan_->device_lengths; }
     fas_status update(const int32_t* kv_lengths, cudaStream_t stream) override {
+        if (plan_->args.device_ctas == nullptr) return FamilyPlan::update(kv_lengths, stream);  // a host plan
         return fas_paged::update_plan(*plan_, kv_lengths, stream);
     }
     void fill_info(fas_plan_info* info) const override {

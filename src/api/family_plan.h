@@ -30,10 +30,9 @@ public:
     // The family's share of fas_plan_info: device_bytes and the schedule's fields (the plan
     // object fills family, layout and device).
     virtual void fill_info(fas_plan_info* info) const = 0;
-    // A device-length plan's schedule for this step's DEVICE lengths (fas_plan_update); false
-    // from plans that take none (the caller says so).
-    virtual bool updatable() const { return false; }
-    virtual fas_status update(const int32_t* /*kv_lengths*/, cudaStream_t /*stream*/) { return FAS_ERROR_INTERNAL; }
+    // A device-length plan's schedule for this step's DEVICE lengths (fas_plan_update); every
+    // other plan refuses with FAS_ERROR_INVALID_ARGUMENT (this default).
+    virtual fas_status update(const int32_t* kv_lengths, cudaStream_t stream);
 };
 
 std::unique_ptr<FamilyPlan> family_plan(std::unique_ptr<fas_fa2::Plan> plan);

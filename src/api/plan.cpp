@@ -392,11 +392,13 @@ fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_tensors(plan->layout, args.q, args.k, args.v, args.out, args.softmax_lse);
     if (status != FAS_SUCCESS) return status;
-    if (plan->layout.sinks) {
-        status = check_device_pointer(args.sinks, sizeof(float), "sinks",
-                                      "fp32 sink logits, one per query head (the plan was made with use_sinks)");
-        if (status != FAS_SUCCESS) return status;
-    } else if (args.sinks != nullptr) {
+    // Null and alignment only, as the other run pointers: a run does no runtime pointer query.
+    if (plan->layout.sinks && (args.sinks == nullptr || !is_aligned(args.sinks, sizeof(float)))) {
+        return fail(FAS_ERROR_INVALID_ARGUMENT,
+                    concat("sinks is ", args.sinks == nullptr ? "NULL" : "not 4-byte aligned",
+                           "; the plan was made with use_sinks: pass the DEVICE fp32 sink logits, one per query head"));
+    }
+    if (!plan->layout.sinks && args.sinks != nullptr) {
         return fail(FAS_ERROR_INVALID_ARGUMENT,
                     "sinks is set but the plan was made without use_sinks; make the plan with use_sinks = 1 or "
                     "pass sinks = NULL");

@@ -17,11 +17,6 @@ fas_status update_plan(fas_plan* plan, const fas_plan_update_args* user_args) {
     status = read_args_struct(user_args, sizeof(fas_plan_update_args), "fas_plan_update_args",
                               "fas_plan_update_args_init()", &args);
     if (status != FAS_SUCCESS) return status;
-    if (!plan->impl->updatable()) {
-        return fail(FAS_ERROR_INVALID_ARGUMENT,
-                    "the plan was made without device_lengths, so its lengths are fixed; make it with "
-                    "fas_plan_args.device_lengths = 1 (DEVICE LENGTHS) to update them on the device");
-    }
     status = check_device_pointer(args.kv_lengths, sizeof(int32_t), "kv_lengths",
                                   "int32 key counts of this step, one per sequence of the plan");
     if (status != FAS_SUCCESS) return status;

@@ -63,9 +63,10 @@ fas_status read_kv_cache(const fas_plan_args& args, KvCache* kv, Layout* layout)
         const int64_t most = (layout->max_seqlen_k + int64_t{args.page_size} - 1) / args.page_size;
         if (args.max_pages_per_sequence < std::max<int64_t>(most, 1)) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,
-                        concat("max_pages_per_sequence is ", args.max_pages_per_sequence, " but a capacity in kv_lengths ("
-                               , layout->max_seqlen_k, " keys) needs ", std::max<int64_t>(most, 1), " pages of ",
-                               args.page_size, "; pass the block table's row length"));
+                        concat("max_pages_per_sequence is ", args.max_pages_per_sequence,
+                               " but a capacity in kv_lengths (", layout->max_seqlen_k, " keys) needs ",
+                               std::max<int64_t>(most, 1), " pages of ", args.page_size,
+                               "; pass the block table's row length"));
         }
         if (args.page_indices_host != nullptr) {
             return fail(FAS_ERROR_INVALID_ARGUMENT,

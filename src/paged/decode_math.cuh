@@ -59,6 +59,8 @@ __device__ __forceinline__ KeyBounds key_bounds(int row0, int g, int group, int 
     return b;
 }
 
+constexpr float kLog2e = 1.4426950408889634f;  // natural-log units -> the kernel's log2 domain
+
 // Score scaling: raw q.k products -> the exp2 domain, with the logits softcap (cap * tanh(s / cap))
 // applied in between when on. k_scale (e4m3 caches' K descale) and q_scale (the e4m3 kernel's q
 // rescale) fold into the raw-product factor.
@@ -66,7 +68,6 @@ struct ScoreScale {
     bool capped;
     float pre_tanh, scale_log2;
     __device__ __forceinline__ ScoreScale(float softmax_scale, float softcap, float k_scale, float q_scale) {
-        constexpr float kLog2e = 1.4426950408889634f;
         capped = softcap > 0.f;
         const float qk_scale = k_scale / q_scale;
         pre_tanh = capped ? softmax_scale / softcap * qk_scale : 0.f;
@@ -277,7 +278,7 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
         float top = -INFINITY;
 #pragma unroll
         for (int w = 0; w < Warps; ++w) top = fmaxf(top, state[(w * 16 + row) * 2]);
-        const float sink = sinks && top != -INFINITY ? a.sinks[head] * 1.4426950408889634f : -INFINITY;  // log2 units
+        const float sink = sinks && top != -INFINITY ? a.sinks[head] * kLog2e : -INFINITY;
         const float base = top == -INFINITY ? 0.f : fmaxf(top, sink);
         float sum = 0.f, acc[8] = {};
 #pragma unroll

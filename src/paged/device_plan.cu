@@ -31,16 +31,20 @@ struct Shared {
     int chunks[kMaxDeviceBatch];  // KV chunks per sequence
 };
 
-__device__ long long block_sum(Shared& sh, long long value) {
-    const long long sum = cub::BlockReduce<long long, kThreads>(sh.cub.reduce).Sum(value);
-    if (threadIdx.x == 0) sh.total = sum;
+// The CTA's values folded by op, in every thread.
+template <typename Op>
+__device__ long long block_all(Shared& sh, long long value, Op op) {
+    const long long folded = cub::BlockReduce<long long, kThreads>(sh.cub.reduce).Reduce(value, op);
+    if (threadIdx.x == 0) sh.total = folded;
     __syncthreads();
-    const long long total = sh.total;
+    const long long all = sh.total;
     __syncthreads();  // sh.total and the temp storage are reused
-    return total;
+    return all;
 }
-
-struct MaxOp {
+struct Sum {
+    __device__ long long operator()(long long a, long long b) const { return a + b; }
+};
+struct Max {
     __device__ long long operator()(long long a, long long b) const { return a > b ? a : b; }
 };
 
@@ -68,14 +72,8 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
         base += sh.tiles[i];
         longest = max(longest, static_cast<long long>(span[j]));
     }
-    base = block_sum(sh, base) * u.num_heads_k;
-    {  // the longest span
-        const long long top = cub::BlockReduce<long long, kThreads>(sh.cub.reduce).Reduce(longest, MaxOp());
-        if (tid == 0) sh.total = top;
-        __syncthreads();
-        longest = sh.total;
-        __syncthreads();
-    }
+    base = block_all(sh, base, Sum()) * u.num_heads_k;
+    longest = block_all(sh, longest, Max());
     // choose_chunk (plan.cpp): the smallest chunk, in KV tiles, whose CTAs fit one wave.
     long long chunk = 0;
     if (base < u.wave && longest > u.kv_tile) {
@@ -88,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
                 const int i = tid * kPerThread + j;
                 if (i < u.batch) ctas += static_cast<long long>(sh.tiles[i]) * ceil_div(max(span[j], 1), mid * u.kv_tile);
             }
-            if (block_sum(sh, ctas) * u.num_heads_k <= u.wave) high = mid; else low = mid + 1;
+            if (block_all(sh, ctas, Sum()) * u.num_heads_k <= u.wave) high = mid; else low = mid + 1;
         }
         chunk = high * u.kv_tile >= longest ? 0 : high * u.kv_tile;
     }

@@ -263,8 +263,7 @@ struct Plan {
     int ctas_per_sm = 1;  // of the attention launch, as planned (fas_plan_info.ctas_per_sm)
     int tile_rows = 16;   // of a query tile (fas_plan_info.query_tile_rows): the kernel's, 32 paired
     int group = 1;
-    bool device_lengths = false;  // its schedule is rewritten by fas_plan_update (update below)
-    DeviceUpdate update{};
+    DeviceUpdate update{};  // device-length plans (args.device_ctas set): what fas_plan_update runs
 
     Plan() = default;
     Plan(const Plan&) = delete;
@@ -282,7 +281,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
 // e4m3 q takes q_descale; the others ignore them).
 fas_status run_plan(const Plan& plan, const fas_plan_run_args& run);
 fas_status retire_plan(Plan* plan, cudaStream_t stream);
-// A device-length plan's schedule for the DEVICE kv_lengths [batch], enqueued on stream.
+// A device-length plan's schedule (args.device_ctas set) for the DEVICE kv_lengths [batch],
+// enqueued on stream.
 fas_status update_plan(const Plan& plan, const int32_t* kv_lengths, cudaStream_t stream);
 
 }  // namespace fas_paged

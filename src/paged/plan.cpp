@@ -118,8 +118,8 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
 
 // A device-length plan's arrays (paged.h): the capacity schedule `s` widened to what any update
 // may write (fas_plan_update rewrites them), the page table as block-table rows, the capacity and
-// the CTA count the kernels read. Returns the items the arrays hold.
-int64_t widen_for_updates(const fas::Layout& layout, const PlanRequest& request, int tile_q, int64_t wave,
+// the CTA count the kernels read.
+void widen_for_updates(const fas::Layout& layout, const PlanRequest& request, int tile_q, int64_t wave,
                           HostSchedule* s, std::vector<int32_t>* capacity) {
     const int batch = request.batch_size, group = layout.num_heads_q / layout.num_heads_k;
     int64_t tiles = 0;
@@ -138,7 +138,6 @@ int64_t widen_for_updates(const fas::Layout& layout, const PlanRequest& request,
         s->chunk = kUnsplitChunk;
     }
     s->partial_rows = std::max(s->partial_rows, ceil_div(tile_q, group) * items);
-    return items;
 }
 
 // Appends `values` to the staging image at *offset (4-byte entries, 16-byte aligned starts).
@@ -247,13 +246,13 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     } catch (const std::bad_alloc&) {
         return fail(FAS_ERROR_INTERNAL, "out of host memory while planning the paged kernels' work");
     }
+    // The shape's query tile rows, CTAs per SM and wave, as build_schedule planned with them.
+    const int tile_rows = shape == kPairStream ? kPairTileRows : kernel->tile_q;
+    const int ctas_per_sm = is_stream(shape) ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
     const bool device_lengths = request.table_stride > 0;
     std::vector<int32_t> capacity;
     const int32_t planned_ctas = static_cast<int32_t>(s.request.size());
-    if (device_lengths) {
-        const int64_t plan_wave = is_stream(shape) ? wave(1) : wave(shape == kLong ? long_ctas : short_ctas);
-        widen_for_updates(layout, request, shape == kPairStream ? kPairTileRows : kernel->tile_q, plan_wave, &s, &capacity);
-    }
+    if (device_lengths) widen_for_updates(layout, request, tile_rows, wave(ctas_per_sm), &s, &capacity);
     const int64_t num_ctas = static_cast<int64_t>(s.request.size());
     // The kernel addresses out, the partial buffers and q with 32-bit products.
     const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
@@ -347,17 +346,16 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
     plan->kv_splits = a.split ? s.max_chunks : 1;
-    plan->ctas_per_sm = is_stream(shape) ? 1 : shape == kLong ? long_ctas : std::max(short_ctas, 1);
-    plan->tile_rows = shape == kPairStream ? kPairTileRows : kernel->tile_q;
+    plan->ctas_per_sm = ctas_per_sm;
+    plan->tile_rows = tile_rows;
     plan->group = layout.num_heads_q / layout.num_heads_k;
     if (device_lengths) {
         a.device_ctas = ctas_on_device;
         const auto own = [](const int32_t* p) { return const_cast<int32_t*>(p); };  // the plan's block
-        plan->device_lengths = true;
-        plan->update = DeviceUpdate{request.batch_size, plan->group, plan->tile_rows,
+        plan->update = DeviceUpdate{request.batch_size, plan->group, tile_rows,
                                     kv_tile_rows(layout.head_dim, kernel->tile_q, shape, fp8_kv), layout.num_heads_k,
                                     layout.window_left, request.page_size, request.table_stride, a.num_ctas,
-                                    is_stream(shape) ? wave(1) : wave(plan->ctas_per_sm), capacity_on_device,
+                                    wave(ctas_per_sm), capacity_on_device,
                                     a.q_indptr, own(a.last_page_len), own(a.o_indptr), own(a.merge_indptr),
                                     own(a.kv_chunk_size), own(a.request_indices), own(a.qo_tile_indices),
                                     own(a.kv_tile_indices), own(ctas_on_device)};
