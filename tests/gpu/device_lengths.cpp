@@ -26,8 +26,6 @@ struct DeviceCase {
     bool sinks = false;
 };
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
 struct Outputs {
     std::vector<uint16_t> out;
     std::vector<float> lse;
@@ -82,6 +80,31 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
         run.sinks = c.sinks ? sinks_dev.as<float>() : nullptr;
         return run;
     };
+    const auto poison = [&] {
+        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
+        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
+    };
+    const auto same_bits = [&](const Outputs& x, const Outputs& y) {
+        return x.out == y.out && std::memcmp(x.lse.data(), y.lse.data(), lse_dev.bytes()) == 0;
+    };
+    // The outputs of a plan made on the host for `lengths` over the same pages (each sequence's
+    // first ceil(len / page) as a CSR list); *why says why it could not run.
+    const auto host_outputs = [&](const std::vector<int32_t>& lengths, std::string* why) {
+        std::vector<int32_t> csr;
+        for (int i = 0; i < batch; ++i) {
+            csr.insert(csr.end(), table.begin() + i * stride, table.begin() + i * stride + ceil_div(lengths[i], c.page_size));
+        }
+        upload(csr_dev.as<void>(), csr.data(), csr.size() * 4);
+        poison();
+        fas_plan* host = nullptr;
+        const fas_plan_run_args host_run = run_args(csr_dev);
+        if (make_plan(lengths, false, csr.data(), &host) != FAS_SUCCESS || fas_plan_run(host, &host_run) != FAS_SUCCESS) {
+            *why = fas_get_last_error();
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        fas_plan_destroy(host);
+        return read_outputs(out_dev, lse_dev);
+    };
     const std::vector<int32_t> capacity(c.capacity.begin(), c.capacity.end());
     fas_plan* plan = nullptr;
     if (make_plan(capacity, true, nullptr, &plan) != FAS_SUCCESS) {
@@ -114,30 +137,16 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
     }
     char numbers[160] = "";
     if (failure.empty() && !c.graph) {  // before any update a run attends the capacity
-        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
-        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
+        poison();
         if (fas_plan_run(plan, &device_run) != FAS_SUCCESS) {
             failure = std::string("run before an update: ") + fas_get_last_error();
         }
         CUDA_CHECK(cudaStreamSynchronize(stream));
         const Outputs before = read_outputs(out_dev, lse_dev);
-        std::vector<int32_t> csr;
-        for (int i = 0; i < batch; ++i) {
-            csr.insert(csr.end(), table.begin() + i * stride, table.begin() + i * stride + ceil_div(capacity[i], c.page_size));
-        }
-        upload(csr_dev.as<void>(), csr.data(), csr.size() * 4);
-        fas_plan* host = nullptr;
-        const fas_plan_run_args host_run = run_args(csr_dev);
-        if (failure.empty() && (make_plan(capacity, false, csr.data(), &host) != FAS_SUCCESS ||
-                                fas_plan_run(host, &host_run) != FAS_SUCCESS)) {
-            failure = std::string("the capacity's host plan: ") + fas_get_last_error();
-        }
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        fas_plan_destroy(host);
-        const Outputs expected = read_outputs(out_dev, lse_dev);
-        const bool same = before.out == expected.out &&
-                          std::memcmp(before.lse.data(), expected.lse.data(), lse_dev.bytes()) == 0;
-        if (failure.empty() && !same) {
+        std::string why;
+        const Outputs expected = host_outputs(capacity, &why);
+        if (failure.empty() && !why.empty()) failure = "the capacity's host plan: " + why;
+        if (failure.empty() && !same_bits(before, expected)) {
             failure = "a run before the first update differs from a host plan of the capacity";
         }
     }
@@ -146,8 +155,7 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
         upload(lengths_dev.as<void>(), given.data(), batch * 4);
         std::vector<int32_t> lengths(batch);  // as the update holds them: within [0, capacity]
         for (int i = 0; i < batch; ++i) lengths[i] = std::min(std::max(given[i], 0), c.capacity[i]);
-        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
-        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
+        poison();
         if (c.graph) {
             CUDA_CHECK(cudaGraphLaunch(exec, stream));
         } else if (fas_plan_update(plan, &update) != FAS_SUCCESS || fas_plan_run(plan, &device_run) != FAS_SUCCESS) {
@@ -163,25 +171,13 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
             if (!empty) failure = "step " + std::to_string(s) + ": a step without keys wrote something but zeros and +inf";
             continue;
         }
-        // The host plan of the step: the same pages, each sequence's first ceil(len / page) as CSR.
-        std::vector<int32_t> csr;
-        for (int i = 0; i < batch; ++i) {
-            csr.insert(csr.end(), table.begin() + i * stride, table.begin() + i * stride + ceil_div(lengths[i], c.page_size));
-        }
-        upload(csr_dev.as<void>(), csr.data(), csr.size() * 4);
-        fas_plan* host = nullptr;
-        fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
-        fill(lse_dev.as<void>(), 0xFF, lse_dev.bytes());
-        const fas_plan_run_args host_run = run_args(csr_dev);
-        if (make_plan(lengths, false, csr.data(), &host) != FAS_SUCCESS || fas_plan_run(host, &host_run) != FAS_SUCCESS) {
-            failure = "step " + std::to_string(s) + ": the host plan: " + fas_get_last_error();
-            fas_plan_destroy(host);
+        std::string why;
+        const Outputs expected = host_outputs(lengths, &why);
+        if (!why.empty()) {
+            failure = "step " + std::to_string(s) + ": the host plan: " + why;
             break;
         }
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        fas_plan_destroy(host);
-        const Outputs expected = read_outputs(out_dev, lse_dev);
-        if (device.out != expected.out || std::memcmp(device.lse.data(), expected.lse.data(), lse_dev.bytes()) != 0) {
+        if (!same_bits(device, expected)) {
             size_t at = 0;
             while (at < device.out.size() && device.out[at] == expected.out[at]) ++at;
             failure = "step " + std::to_string(s) + ": out or LSE differs from the host plan's (first out element " +

@@ -159,6 +159,8 @@ inline bool stream_card() {
     return 2.0 * mem_khz * (bus_bits / 8.0) / (static_cast<double>(sms) * sm_khz) >= 15.0;
 }
 
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
 // Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
 inline std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
     std::vector<int32_t> ids(num_pages);

@@ -33,8 +33,6 @@ struct PagedCase {
     bool sinks = false;        // use_sinks, with a random sink logit in [-2, 8] per query head
 };
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
 // The cache image [num_pages, page_size, heads_kv, head_dim] holding rows [total_k, heads_kv,
 // head_dim] where the page table says; everything else NaN (16-bit or e4m3 bits).
 template <typename Bits>
