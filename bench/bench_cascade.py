@@ -25,7 +25,7 @@ import torch
 
 import fas_ctypes
 from common import Library, median_ms_each
-from fas_ctypes import KvLayout, LseLayout, MergeStatesArgs, PlanArgs, PlanRunArgs
+from fas_ctypes import LseLayout, MergeStatesArgs, PlanArgs, PlanRunArgs
 
 PAGE = 16
 HEAD_DIM = 128
@@ -41,14 +41,8 @@ def parse_row(text: str) -> tuple[int, int, int]:
 
 def paged_args(batch: int, heads_q: int, heads_kv: int, kv_len: int, num_pages: int, stream: int) -> PlanArgs:
     """A paged decode plan: one query per sequence, kv_len keys each."""
-    args = PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=batch,
-                        num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=1, stream=stream,
-                        kv_layout=KvLayout.PAGED, page_size=PAGE, num_pages=num_pages)
-    args.keep_q = fas_ctypes.offsets([1] * batch)
-    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
-    return args
+    return fas_ctypes.uniform_paged_args(fas_ctypes.Dtype.BF16, batch, 1, kv_len, heads_q, heads_kv, HEAD_DIM, PAGE,
+                                         num_pages, stream)
 
 
 def lse_strides(info, tokens: int, heads: int) -> tuple[int, int]:
@@ -75,11 +69,9 @@ def cascade_row(lib: Library, batch: int, prefix: int, suffix: int, heads_q: int
     plain_args = paged_args(batch, heads_q, heads_kv, prefix + suffix, num_pages, stream)
     suffix_args = paged_args(batch, heads_q, heads_kv, suffix, num_pages, stream)
     # The prefix: one sequence of `batch` queries over its `prefix` contiguous rows, every key seen.
-    prefix_args = PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=1,
-                               num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=0, stream=stream)
-    prefix_args.keep_q, prefix_args.keep_k = fas_ctypes.offsets([batch]), fas_ctypes.offsets([prefix])
-    prefix_args.cu_seqlens_q = ctypes.cast(prefix_args.keep_q, ctypes.c_void_p)
-    prefix_args.cu_seqlens_k = ctypes.cast(prefix_args.keep_k, ctypes.c_void_p)
+    prefix_args = fas_ctypes.uniform_lengths(
+        PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=1, num_heads_q=heads_q,
+                     num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=0, stream=stream), 1, batch, keys=prefix)
 
     plans = {name: lib.plan_create(args) for name, args in
              (("plain", plain_args), ("suffix", suffix_args), ("prefix", prefix_args))}

@@ -16,7 +16,6 @@ common.median_ms_each (rounds in shuffled order, median of samples).
 from __future__ import annotations
 
 import argparse
-import ctypes
 
 import torch
 import torch.nn.functional as F
@@ -54,10 +53,7 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int):
 
     contiguous = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
                               num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
-    contiguous.keep_q = fas_ctypes.offsets([queries] * batch)
-    contiguous.keep_k = fas_ctypes.offsets([keys] * batch)
-    contiguous.cu_seqlens_q = ctypes.cast(contiguous.keep_q, ctypes.c_void_p)
-    contiguous.cu_seqlens_k = ctypes.cast(contiguous.keep_k, ctypes.c_void_p)
+    fas_ctypes.uniform_lengths(contiguous, batch, queries, keys=keys)
     runner("contiguous", contiguous,
            PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream))
     for page in (16, 64):

@@ -95,10 +95,7 @@ def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
     args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=q.shape[2],
                         num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream, disable_sm90=disable_sm90,
                         kv_layout=KvLayout.PAGED, page_size=page, num_pages=num_pages)
-    args.keep_q = fas_ctypes.offsets([q.shape[1]] * batch)
-    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
+    fas_ctypes.uniform_lengths(args, batch, q.shape[1], kv_len=kv_len)
     run = PlanRunArgs.new(q=q.data_ptr(), k=caches[0].data_ptr(), v=caches[1].data_ptr(), out=out.data_ptr(),
                           stream=stream, page_indices=ids.data_ptr())
     run.keepalive = (*caches, ids)
@@ -148,10 +145,7 @@ def decode_fns(lib: Library, batch: int, kv_len: int, heads_q: int = HEADS_Q, he
     # Contiguous KV: a varlen plan ([B*S, H, D] rows), decode-shaped so the paged family serves it.
     args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=heads_q,
                         num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=1, stream=stream)
-    args.keep_q = fas_ctypes.offsets([queries] * batch)
-    args.keep_k = fas_ctypes.offsets([kv_len] * batch)
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.cu_seqlens_k = ctypes.cast(args.keep_k, ctypes.c_void_p)
+    fas_ctypes.uniform_lengths(args, batch, queries, keys=kv_len)
     run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream)
     fns["contiguous"], step, layers, infos["contiguous"] = plan_runner(lib, args, run)
     if "step" in columns:

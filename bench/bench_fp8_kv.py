@@ -41,10 +41,7 @@ def cache_plan(lib: Library, q, out, k_cache, v_cache, ids, kv_len: int, fp8: bo
                         num_heads_k=k_cache.shape[2], head_dim=q.shape[-1], causal=1,
                         stream=torch.cuda.current_stream().cuda_stream, kv_layout=KvLayout.PAGED, page_size=PAGE,
                         num_pages=k_cache.shape[0], kv_dtype=Dtype.E4M3 if fp8 else 0)
-    args.keep_q = fas_ctypes.offsets([1] * batch)
-    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
+    fas_ctypes.uniform_lengths(args, batch, 1, kv_len=kv_len)
     plan = lib.plan_create(args)
     run = PlanRunArgs.new(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(),
                           stream=args.stream, page_indices=ids.data_ptr())

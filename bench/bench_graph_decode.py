@@ -25,7 +25,7 @@ import fas_ctypes
 from bench_decode import DEFAULT_ROWS, parse_row
 from common import Library, median_ms_each
 from profile_decode import kernels_of
-from fas_ctypes import FasError, KvLayout, PlanArgs, PlanRunArgs, PlanUpdateArgs
+from fas_ctypes import FasError, PlanArgs, PlanRunArgs, PlanUpdateArgs
 
 PAGE = 16
 HEAD_DIM = 128
@@ -33,15 +33,9 @@ HEAD_DIM = 128
 
 def plan_args(batch: int, queries: int, kv_len: int, heads_q: int, heads_kv: int, num_pages: int, stream: int,
               device_lengths: bool, stride: int) -> PlanArgs:
-    args = PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=batch,
-                        num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=HEAD_DIM, causal=1, stream=stream,
-                        kv_layout=KvLayout.PAGED, page_size=PAGE, num_pages=num_pages,
-                        device_lengths=int(device_lengths), max_pages_per_sequence=stride if device_lengths else 0)
-    args.keep_q = fas_ctypes.offsets([queries] * batch)
-    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
-    return args
+    return fas_ctypes.uniform_paged_args(fas_ctypes.Dtype.BF16, batch, queries, kv_len, heads_q, heads_kv, HEAD_DIM,
+                                         PAGE, num_pages, stream, device_lengths=int(device_lengths),
+                                         max_pages_per_sequence=stride if device_lengths else 0)
 
 
 def print_profile(label: str, fn, layers: int) -> None:

@@ -21,7 +21,7 @@ import torch
 
 import fas_ctypes
 from common import Library, median_ms_each
-from fas_ctypes import KvLayout, PlanArgs, PlanRunArgs
+from fas_ctypes import PlanArgs, PlanRunArgs
 
 PAGE = 16
 WINDOW = 128
@@ -37,20 +37,13 @@ def prefill_plan(tokens: int, heads_q: int, heads_kv: int, head_dim: int, window
     args = PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=1,
                         num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream,
                         use_sinks=int(sinks))
-    args.keep_q = args.keep_k = fas_ctypes.offsets([tokens])
-    args.cu_seqlens_q = args.cu_seqlens_k = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    return window_args(args, window)
+    return window_args(fas_ctypes.uniform_lengths(args, 1, tokens, keys=tokens), window)
 
 
 def decode_plan(batch: int, kv_len: int, num_pages: int, heads_q: int, heads_kv: int, head_dim: int, window: bool,
                 sinks: bool, stream: int):
-    args = PlanArgs.new(dtype=fas_ctypes.Dtype.BF16, out_dtype=fas_ctypes.Dtype.BF16, batch_size=batch,
-                        num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream,
-                        kv_layout=KvLayout.PAGED, page_size=PAGE, num_pages=num_pages, use_sinks=int(sinks))
-    args.keep_q = fas_ctypes.offsets([1] * batch)
-    args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
-    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
-    args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
+    args = fas_ctypes.uniform_paged_args(fas_ctypes.Dtype.BF16, batch, 1, kv_len, heads_q, heads_kv, head_dim, PAGE,
+                                         num_pages, stream, use_sinks=int(sinks))
     return window_args(args, window)
 
 

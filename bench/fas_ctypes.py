@@ -275,6 +275,31 @@ def offsets(lengths) -> ctypes.Array:
     return (ctypes.c_int32 * len(values))(*values)
 
 
+def uniform_lengths(args: "PlanArgs", batch: int, queries: int, kv_len: int = 0, keys: int = 0) -> "PlanArgs":
+    """A plan's host lengths for `batch` sequences of `queries` queries each, and either `kv_len`
+    cached keys each (a paged plan's kv_lengths) or `keys` contiguous keys each (cu_seqlens_k);
+    the arrays are kept alive on args, which is returned."""
+    args.keep_q = offsets([queries] * batch)
+    args.cu_seqlens_q = ctypes.cast(args.keep_q, ctypes.c_void_p)
+    if keys:
+        args.keep_k = offsets([keys] * batch)
+        args.cu_seqlens_k = ctypes.cast(args.keep_k, ctypes.c_void_p)
+    else:
+        args.keep_len = (ctypes.c_int32 * batch)(*([kv_len] * batch))
+        args.kv_lengths = ctypes.cast(args.keep_len, ctypes.c_void_p)
+    return args
+
+
+def uniform_paged_args(dtype: int, batch: int, queries: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int,
+                       page_size: int, num_pages: int, stream: int, **fields) -> "PlanArgs":
+    """A causal plan over a paged cache: `batch` sequences of `queries` queries over `kv_len` keys
+    each (more fields as PlanArgs.new takes them: use_sinks, device_lengths, ...)."""
+    args = PlanArgs.new(dtype=dtype, out_dtype=dtype, batch_size=batch, num_heads_q=heads_q, num_heads_k=heads_kv,
+                        head_dim=head_dim, causal=1, stream=stream, kv_layout=KvLayout.PAGED, page_size=page_size,
+                        num_pages=num_pages, **fields)
+    return uniform_lengths(args, batch, queries, kv_len=kv_len)
+
+
 def plan_args(lengths, dtype: int, num_heads_q: int, num_heads_k: int, head_dim: int, causal: bool,
               stream: int | None = None, out_dtype: int = Dtype.FP16,
               window: tuple[int, int] | None = None) -> PlanArgs:
