@@ -151,7 +151,7 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
     // The kernels are named by out's type: q's, or (e4m3 q) out_dtype.
     *kernel = fas_paged::choose_kernel(layout.out_dtype, layout.kv_dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                        layout.num_heads_q / layout.num_heads_k,
-                                       fas_paged::pair_tiles(device, !kv.paged, kv.page_size), &why);
+                                       fas_paged::pair_tiles(!kv.paged, kv.page_size), &why);
     if (*kernel == nullptr) return why;
     if ((*kernel)->tile_q != 16 && (has_local_window(layout) || layout.softcap > 0.f || layout.sinks)) {
         return concat("paged plans take a window, softcap or sinks on the decode kernel only, whose tiles hold 16 rows "

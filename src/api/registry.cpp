@@ -129,7 +129,7 @@ fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int ma
     std::string why;
     const fas_paged::Kernel* kernel =
         fas_paged::choose_kernel(dtype, dtype, head_dim, causal != 0, max_query_len, group,
-                                 fas_paged::pair_tiles(device, /*contiguous=*/true, 0), &why);
+                                 fas_paged::pair_tiles(/*contiguous=*/true, 0), &why);
     if (kernel == nullptr) return fail(FAS_ERROR_NOT_BUILT, why);
     if (query_tile_rows != nullptr) {
         *query_tile_rows = fas_paged::planned_tile_rows(*kernel, static_cast<int64_t>(max_query_len) * group);

@@ -117,7 +117,8 @@
  *   stream order gives unless a kernel in between was launched with programmatic dependent
  *   launch and never waited for its predecessor. Device-length plans run on the paged family's
  *   decode kernel only: queries per sequence x query heads per KV head must fit its 16-row tiles
- *   (32 on fas_plan_info.ctas_per_sm's stream cards); others fail with FAS_ERROR_NOT_BUILT.
+ *   (32-row ones where pages hold a multiple of 8 rows, on every card); others fail with
+ *   FAS_ERROR_NOT_BUILT.
  */
 #ifndef FLASH_ATTN_STANDALONE_PAGED_H
 #define FLASH_ATTN_STANDALONE_PAGED_H

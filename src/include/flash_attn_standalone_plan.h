@@ -65,8 +65,8 @@
  *   query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs on
  *   FA2 (fas_plan_info.sm90_unused_reason says so). The paged family's decode kernel (paged and
  *   decode-shaped varlen plans whose queries per sequence x query heads per KV head fit its
- *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on the cards
- *   of fas_plan_info.ctas_per_sm's stream shape, caches of q's type up to head dim 128) serves
+ *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on every
+ *   card, caches of q's type up to head dim 128) serves
  *   any left window, its KV splits covering only the keys inside the window; other paged plans
  *   with a window (the 64-row paged tiles, the SM90 paged kernels) fail with
  *   FAS_ERROR_NOT_BUILT. A row that sees no key (e.g. left = 0 and right = 0 with sk < sq) gets

@@ -17,16 +17,23 @@ namespace fas_paged {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 constexpr int kPerThread = kMaxDeviceBatch / kThreads;
 static_assert(kPerThread * kThreads == kMaxDeviceBatch, "the batch limit is whole items per thread");
+// The chunk search tries kProbes chunk sizes per round (one barrier), not one: 2048 candidates
+// take 4 rounds instead of 11 halvings of three barriers each. A thread's CTA count is held under
+// kCountCap, above any wave (at most 32 CTAs x the SMs), so a total past the wave stays past it.
+constexpr int kProbes = 8;
+constexpr int kCountCap = 1 << 21;
 
 struct Shared {
     union {
         cub::BlockReduce<long long, kThreads>::TempStorage reduce;
         cub::BlockScan<int, kThreads>::TempStorage scan;
-        cub::BlockRadixSort<int, kThreads, kPerThread, int>::TempStorage sort;
+        cub::BlockRadixSort<unsigned, kThreads, kPerThread, int>::TempStorage sort;
     } cub;
     long long total;
+    int probe_ctas[2][kWarps][kProbes];  // by round parity: a round's writes never meet the last one's reads
     int tiles[kMaxDeviceBatch];   // query tiles per sequence
     int chunks[kMaxDeviceBatch];  // KV chunks per sequence
 };
@@ -49,6 +56,23 @@ struct Max {
 };
 
 __device__ int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+// Each probe's CTA count summed over the CTA, in every thread (one barrier).
+__device__ void block_sums(Shared& sh, int (&ctas)[kProbes], int parity) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int k = 0; k < kProbes; ++k) {
+        ctas[k] = __reduce_add_sync(0xffffffffu, ctas[k]);
+        if (lane == 0) sh.probe_ctas[parity][warp][k] = ctas[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kProbes; ++k) {
+        int sum = 0;
+        for (int w = 0; w < kWarps; ++w) sum += sh.probe_ctas[parity][w][k];
+        ctas[k] = sum;
+    }
+}
 
 __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, const int32_t* kv_lengths) {
     __shared__ Shared sh;
@@ -74,19 +98,38 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
     }
     base = block_all(sh, base, Sum()) * u.num_heads_k;
     longest = block_all(sh, longest, Max());
-    // choose_chunk (plan.cpp): the smallest chunk, in KV tiles, whose CTAs fit one wave.
+    // choose_chunk (plan.cpp): the smallest chunk, in KV tiles, whose CTAs fit one wave (fewer CTAs
+    // the larger the chunk; `high` fits: one chunk each). Each round tries kProbes chunks from low up
+    // and keeps the range between the last that does not fit and the first that does.
     long long chunk = 0;
     if (base < u.wave && longest > u.kv_tile) {
         long long low = 1, high = ceil_div(longest, u.kv_tile);
-        while (low < high) {
-            const long long mid = (low + high) / 2;
-            long long ctas = 0;
+        for (int round = 0; low < high; ++round) {
+            long long probe[kProbes];
+            int ctas[kProbes];
 #pragma unroll
-            for (int j = 0; j < kPerThread; ++j) {
-                const int i = tid * kPerThread + j;
-                if (i < u.batch) ctas += static_cast<long long>(sh.tiles[i]) * ceil_div(max(span[j], 1), mid * u.kv_tile);
+            for (int k = 0; k < kProbes; ++k) {
+                probe[k] = low + (high - low) * k / kProbes;
+                const unsigned keys = static_cast<unsigned>(probe[k] * u.kv_tile);  // <= longest + kv_tile < 2^32
+                long long count = 0;
+#pragma unroll
+                for (int j = 0; j < kPerThread; ++j) {
+                    const int i = tid * kPerThread + j;
+                    if (i < u.batch) count += static_cast<long long>(sh.tiles[i]) * ((max(span[j], 1) - 1u) / keys + 1);
+                }
+                ctas[k] = static_cast<int>(min(count * u.num_heads_k, static_cast<long long>(kCountCap)));
             }
-            if (block_all(sh, ctas, Sum()) * u.num_heads_k <= u.wave) high = mid; else low = mid + 1;
+            block_sums(sh, ctas, round % 2);
+            int first = kProbes;  // the first probe that fits
+            for (int k = kProbes - 1; k >= 0; --k) {
+                if (ctas[k] <= u.wave) first = k;
+            }
+            if (first == 0) {
+                high = low;
+            } else {
+                if (first < kProbes) high = probe[first];
+                low = probe[first - 1] + 1;
+            }
         }
         chunk = high * u.kv_tile >= longest ? 0 : high * u.kv_tile;
     }
@@ -124,15 +167,21 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
     }
 
     // The work items, longest spans first (a stable sort, as the host's), each sequence's query
-    // tiles times its chunks in that order.
-    int key[kPerThread], value[kPerThread];
+    // tiles times its chunks in that order. Past the batch a key of 0 sorts after every sequence
+    // (stable: their indices are larger); only the bits of the longest span are sorted (radix
+    // passes of 4 bits: 4 for spans under 64k instead of 8), and one sequence is not sorted at all.
+    unsigned key[kPerThread];
+    int value[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
         const int i = tid * kPerThread + j;
-        key[j] = i < u.batch ? span[j] : -1;  // past the batch: after every sequence
+        key[j] = i < u.batch ? static_cast<unsigned>(span[j]) : 0u;
         value[j] = i;
     }
-    cub::BlockRadixSort<int, kThreads, kPerThread, int>(sh.cub.sort).SortDescending(key, value);
+    if (u.batch > 1 && longest > 0) {
+        const int bits = 64 - __clzll(longest);
+        cub::BlockRadixSort<unsigned, kThreads, kPerThread, int>(sh.cub.sort).SortDescending(key, value, 0, bits);
+    }
     __syncthreads();
     int items[kPerThread], item_offset[kPerThread];
 #pragma unroll

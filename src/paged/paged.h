@@ -148,8 +148,8 @@ constexpr bool has_wide_stream(int head_dim, bool fp8_kv) { return fp8_kv && hea
 // 4 consumer warps on the same stages), for plans of 17-32 packed rows per sequence (speculative
 // decode: 4 queries x GQA 8) that would otherwise take the 64-row kernel. 16-bit caches up to
 // head dim 128 (at 256 a warp's O would not fit the 168 registers of 9 warps), on the stream
-// shape's cards: on an H200 it ran 64 x 4k 4-query GQA 8 at 73 us against the 64-row kernel's 89,
-// on an H100 it was slower on 6 rows of 8 (docs/design/decode-roofline.md).
+// shape's cards and, since device-length plans need it, on the others too: on an H200 it ran 64 x
+// 4k 4-query GQA 8 at 73 us against the 64-row kernel's 89 (docs/design/decode-roofline.md).
 constexpr bool has_pair_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
 constexpr int kPairTileRows = 32;
 // The fine shape: the stream shape with stages of 16 keys per consumer warp (6 x 32 KiB at head
@@ -214,12 +214,10 @@ inline int planned_tile_rows(const Kernel& kernel, int64_t packed_rows) {
                         has_pair_stream(kernel.head_dim, kernel.kv_dtype == FAS_DTYPE_E4M3);
     return paired ? kPairTileRows : kernel.tile_q;
 }
-// Whether the pair shape may take a plan on this device (see choose_kernel): a stream card, and
-// caches whose pages the stream shape's copies take.
-inline bool pair_tiles(const fas::DeviceProps& device, bool contiguous, int page_size) {
-    return device.dram_bytes_per_sm_clock() >= kStreamMinBytesPerSmClock &&
-           (contiguous || page_size % kMinStreamBox == 0);
-}
+// Whether the pair shape may take a plan (see choose_kernel): caches whose pages the stream
+// shape's copies take, on every card. On the H100 it ran as the 64-row kernel (-3% to +3% by row,
+// docs/design/device-lengths.md), and it takes device lengths, which the 64-row kernel does not.
+inline bool pair_tiles(bool contiguous, int page_size) { return contiguous || page_size % kMinStreamBox == 0; }
 // Whether any kernel of this build serves (dtype, kv_dtype, head_dim, causal) in some layout.
 bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal);
 

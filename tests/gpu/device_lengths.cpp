@@ -24,6 +24,7 @@ struct DeviceCase {
     bool graph = false;                    // replay one captured graph of update + run
     int window_left = -1;
     bool sinks = false;
+    bool fp8_kv = false;  // e4m3 caches with per-head descales (values: stored value x descale)
 };
 
 struct Outputs {
@@ -46,17 +47,27 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
     const size_t row = static_cast<size_t>(c.heads_kv) * c.head_dim;
     const size_t q_rows = static_cast<size_t>(batch) * c.queries;
     std::mt19937_64 rng(seed);
-    const RoundedTensor k = random_tensor(dtype, num_pages * c.page_size * row, rng);
-    const RoundedTensor v = random_tensor(dtype, num_pages * c.page_size * row, rng);
+    const size_t cache_rows = static_cast<size_t>(num_pages) * c.page_size;
+    const CacheTensors caches = random_caches(dtype, c.fp8_kv, cache_rows, c.heads_kv, c.head_dim, rng);
+    const RoundedTensor &k = caches.k, &v = caches.v;
+    const QuantizedTensor &k8 = caches.k8, &v8 = caches.v8;
     const RoundedTensor q = random_tensor(dtype, q_rows * c.heads_q * c.head_dim, rng);
     const std::vector<int32_t> table = shuffled_pages(batch * stride, num_pages, rng);  // [batch, stride]
     const std::vector<float> sinks = c.sinks ? spread_sinks(c.heads_q) : std::vector<float>();
-    DeviceBuffer k_dev(k.bits.size() * 2), v_dev(v.bits.size() * 2), q_dev(q.bits.size() * 2);
+    const size_t kv_bytes = cache_rows * row * (c.fp8_kv ? 1 : 2);
+    DeviceBuffer k_dev(kv_bytes), v_dev(kv_bytes), q_dev(q.bits.size() * 2), descale_dev(2 * c.heads_kv * sizeof(float));
     DeviceBuffer out_dev(q.bits.size() * 2), lse_dev(q_rows * c.heads_q * sizeof(float));
     DeviceBuffer table_dev(table.size() * 4), csr_dev(table.size() * 4), lengths_dev(batch * 4);
     DeviceBuffer sinks_dev(std::max<size_t>(sinks.size(), 1) * 4);
-    upload(k_dev.as<void>(), k.bits.data(), k_dev.bytes());
-    upload(v_dev.as<void>(), v.bits.data(), v_dev.bytes());
+    if (c.fp8_kv) {
+        upload(k_dev.as<void>(), k8.bits.data(), kv_bytes);
+        upload(v_dev.as<void>(), v8.bits.data(), kv_bytes);
+        upload(descale_dev.as<void>(), k8.descale.data(), c.heads_kv * sizeof(float));
+        upload(descale_dev.as<float>() + c.heads_kv, v8.descale.data(), c.heads_kv * sizeof(float));
+    } else {
+        upload(k_dev.as<void>(), k.bits.data(), kv_bytes);
+        upload(v_dev.as<void>(), v.bits.data(), kv_bytes);
+    }
     upload(q_dev.as<void>(), q.bits.data(), q_dev.bytes());
     upload(table_dev.as<void>(), table.data(), table_dev.bytes());
     if (c.sinks) upload(sinks_dev.as<void>(), sinks.data(), sinks.size() * 4);
@@ -71,6 +82,7 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
         args.use_window = c.window_left >= 0 ? 1 : 0;
         args.window_size_left = c.window_left;
         args.use_sinks = c.sinks ? 1 : 0;
+        if (c.fp8_kv) args.kv_dtype = FAS_DTYPE_E4M3;
         return fas_plan_create(&args, plan);
     };
     const auto run_args = [&](const DeviceBuffer& ids) {
@@ -78,6 +90,10 @@ CaseOutcome run_device_case(const DeviceCase& c, fas_dtype dtype, uint64_t seed,
         run.softmax_lse = lse_dev.as<float>();
         run.page_indices = ids.as<int32_t>();
         run.sinks = c.sinks ? sinks_dev.as<float>() : nullptr;
+        if (c.fp8_kv) {
+            run.k_descale = descale_dev.as<float>();
+            run.v_descale = descale_dev.as<float>() + c.heads_kv;
+        }
         return run;
     };
     const auto poison = [&] {
@@ -283,12 +299,24 @@ void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream
             growing.push_back({100 + step, step % 5 == 4 ? 0 : 3000 + 37 * step, 1 + step, step < 3 ? 0 : 9000 - step});
         }
         cases.push_back({"device-graph", 16, 2, head_dim, 16, 1, {200, 4000, 40, 9000}, growing, true});
+        // Four queries x GQA 8 (32 rows: the pair shape's tiles on every card), a split among the steps.
+        cases.push_back({"device-spec-pair", 16, 2, head_dim, 16, 4, {quick ? 20000 : 40000, 3000, 40, 0},
+                         {{quick ? 20000 : 40000, 3000, 40, 0}, {100, 1, 4, 0}, {0, 2999, 39, 0}}});
+    }
+    // e4m3 caches (per-head descales) on the same decode kernel: steps with a split and without.
+    for (int head_dim : {64, 128}) {
+        if (!has_kernel("paged_e4m3kv", dtype, head_dim, true)) continue;
+        DeviceCase fp8{"device-fp8kv", 16, 2, head_dim, 16, 1, {quick ? 20000 : 40000, 900, 5, 0},
+                       {{quick ? 20000 : 40000, 900, 5, 0}, {7, 899, 0, 0}, {1, 1, 1, 0}}};
+        fp8.fp8_kv = true;
+        cases.push_back(fp8);
     }
     uint64_t seed = 9100 + static_cast<uint64_t>(dtype);
     for (const DeviceCase& c : cases) {
         char label[120];
-        std::snprintf(label, sizeof label, "%-26s %s hdim=%d %d/%d page=%d q=%d b=%zu", c.name.c_str(), dtype_name(dtype),
-                      c.head_dim, c.heads_q, c.heads_kv, c.page_size, c.queries, c.capacity.size());
+        std::snprintf(label, sizeof label, "%-26s %s%s hdim=%d %d/%d page=%d q=%d b=%zu", c.name.c_str(), dtype_name(dtype),
+                      c.fp8_kv ? " kv=e4m3" : "", c.head_dim, c.heads_q, c.heads_kv, c.page_size, c.queries,
+                      c.capacity.size());
         report(label, guarded([&] { return run_device_case(c, dtype, seed++, stream); }), tally);
     }
     if (!has_kernel("paged", dtype, 128, true)) return;

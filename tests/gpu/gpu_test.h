@@ -206,6 +206,14 @@ struct QuantizedTensor {
 RoundedTensor random_tensor(fas_dtype dtype, size_t elements, std::mt19937_64& rng);
 QuantizedTensor random_e4m3_tensor(size_t rows, int heads, int head_dim, std::mt19937_64& rng);
 
+// K and V of `rows` cache rows: rounded to dtype, or (fp8) e4m3 with per-head descales, whose
+// reference values (k.values, v.values) are the stored values x descale. Drawn k before v.
+struct CacheTensors {
+    RoundedTensor k, v;
+    QuantizedTensor k8, v8;  // fp8 only
+};
+CacheTensors random_caches(fas_dtype dtype, bool fp8, size_t rows, int heads, int head_dim, std::mt19937_64& rng);
+
 // Copies [rows, row_elements] to device rows of row_stride elements; the padding is poison.
 template <typename Bits>
 std::vector<Bits> with_row_stride(const std::vector<Bits>& packed, size_t rows, size_t row_elements, size_t row_stride,

@@ -125,6 +125,20 @@ QuantizedTensor random_e4m3_tensor(size_t rows, int heads, int head_dim, std::mt
     return tensor;
 }
 
+CacheTensors random_caches(fas_dtype dtype, bool fp8, size_t rows, int heads, int head_dim, std::mt19937_64& rng) {
+    CacheTensors caches;
+    if (fp8) {
+        caches.k8 = random_e4m3_tensor(rows, heads, head_dim, rng);
+        caches.v8 = random_e4m3_tensor(rows, heads, head_dim, rng);
+        caches.k.values = caches.k8.values;
+        caches.v.values = caches.v8.values;
+    } else {
+        caches.k = random_tensor(dtype, rows * heads * head_dim, rng);
+        caches.v = random_tensor(dtype, rows * heads * head_dim, rng);
+    }
+    return caches;
+}
+
 RoundedTensor random_tensor(fas_dtype dtype, size_t elements, std::mt19937_64& rng) {
     std::normal_distribution<float> normal(0.f, 1.f);
     RoundedTensor tensor;

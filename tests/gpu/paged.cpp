@@ -62,7 +62,6 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     for (int length : c.seqlens_k) total_pages += ceil_div(length, c.page_size);
     const int num_pages = total_pages + 3;  // pages no sequence owns stay poisoned
     const size_t q_elements = total_q * c.heads_q * c.head_dim;
-    const size_t kv_elements = total_k * c.heads_kv * c.head_dim;
     const size_t cache_elements = static_cast<size_t>(num_pages) * c.page_size * c.heads_kv * c.head_dim;
 
     std::mt19937_64 rng(seed);
@@ -77,17 +76,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     }
     // 16-bit caches hold k and v rounded to dtype; e4m3 ones e4m3 values whose reference values
     // are stored value * descale of the head.
-    RoundedTensor k, v;
-    QuantizedTensor k8, v8;
-    if (c.fp8_kv) {
-        k8 = random_e4m3_tensor(total_k, c.heads_kv, c.head_dim, rng);
-        v8 = random_e4m3_tensor(total_k, c.heads_kv, c.head_dim, rng);
-        k.values = k8.values;
-        v.values = v8.values;
-    } else {
-        k = random_tensor(dtype, kv_elements, rng);
-        v = random_tensor(dtype, kv_elements, rng);
-    }
+    const CacheTensors caches = random_caches(dtype, c.fp8_kv, total_k, c.heads_kv, c.head_dim, rng);
+    const RoundedTensor &k = caches.k, &v = caches.v;
+    const QuantizedTensor &k8 = caches.k8, &v8 = caches.v8;
     std::vector<float> sinks(c.sinks ? c.heads_q : 0);  // drawn after the tensors: other cases' values stay
     std::uniform_real_distribution<float> sink_logit(-2.f, 8.f);
     for (float& sink : sinks) sink = sink_logit(rng);
@@ -269,11 +260,11 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // (2 x 8) and the 64-row tile (8 x 8), with a split.
         cases.push_back({"paged-spec", 16, 2, head_dim, true, 16, {2, 8, 5, 1}, {40, 4097, 6, 9}});
         cases.push_back({"paged-spec-split", 16, 2, head_dim, true, 64, {8}, {30000}, true});
-        // 17-32 rows (4 queries x GQA 8, 2 x GQA 16): on a stream card the decode kernel's 32-row
-        // tiles up to head dim 128 (two 16-row blocks; sequences with fewer rows leave the second
+        // 17-32 rows (4 queries x GQA 8, 2 x GQA 16): the decode kernel's 32-row tiles up to head
+        // dim 128 on every card (two 16-row blocks; sequences with fewer rows leave the second
         // idle, one without keys writes zeros), a split; pages of 4 take no TMA boxes of 8 rows,
-        // so the 64-row tile, as every such plan on other cards.
-        const bool pairs = on_stream_card && head_dim <= 128;
+        // so the 64-row tile, as head dim 256.
+        const bool pairs = head_dim <= 128;
         const int pair_rows = pairs ? 32 : 64;
         const auto pair_case = [&](PagedCase c, int tile_rows) {
             c.expect_tile_rows = tile_rows;
