@@ -159,9 +159,9 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
                       layout.num_heads_q / layout.num_heads_k, "); the 64-row paged tiles take none of them yet");
     }
     if (kv.table_stride > 0 && (*kernel)->tile_q != 16) {
-        return concat("device-length plans run on the decode kernel, whose tiles hold 16 rows (32 on stream cards) "
-                      "of queries per sequence x query heads per KV head; here ", layout.max_seqlen_q, " x ",
-                      layout.num_heads_q / layout.num_heads_k);
+        return concat("device-length plans run on the decode kernel, whose tiles hold 16 rows (32 where pages hold a "
+                      "multiple of 8 rows) of queries per sequence x query heads per KV head; here ",
+                      layout.max_seqlen_q, " x ", layout.num_heads_q / layout.num_heads_k);
     }
     request->cu_seqlens_q = args.cu_seqlens_q;
     request->batch_size = layout.batch_size;

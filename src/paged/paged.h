@@ -215,8 +215,9 @@ inline int planned_tile_rows(const Kernel& kernel, int64_t packed_rows) {
     return paired ? kPairTileRows : kernel.tile_q;
 }
 // Whether the pair shape may take a plan (see choose_kernel): caches whose pages the stream
-// shape's copies take, on every card. On the H100 it ran as the 64-row kernel (-3% to +3% by row,
-// docs/design/device-lengths.md), and it takes device lengths, which the 64-row kernel does not.
+// shape's copies take, on every card: it takes device lengths, which the 64-row kernel does not
+// (on the H100 it is 3-7% faster than that kernel on two rows, 4-7% slower on three:
+// docs/design/device-lengths.md).
 inline bool pair_tiles(bool contiguous, int page_size) { return contiguous || page_size % kMinStreamBox == 0; }
 // Whether any kernel of this build serves (dtype, kv_dtype, head_dim, causal) in some layout.
 bool has_kernel(fas_dtype dtype, fas_dtype kv_dtype, int head_dim, bool causal);

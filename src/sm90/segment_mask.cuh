@@ -25,9 +25,10 @@ struct SoftmaxScaleAndRowKeys {
 };
 
 // The plain variant's math (SinkAttention: scale and sinks) plus the block-diagonal mask. A
-// consumer thread holds two rows of the score tile (the WGMMA accumulator layout: warpgroup w rows 64w..64w+63, its warp k rows
-// 16k..16k+15, lane l rows l/4 and l/4 + 8); their bounds are loaded at construction, so the
-// per-score test is a select and one unsigned compare (kv_idx - lo < hi - lo).
+// consumer thread holds two rows of the score tile (the WGMMA accumulator layout: warpgroup w
+// rows 64w..64w+63, its warp k rows 16k..16k+15, lane l rows l/4 and l/4 + 8); their bounds are
+// loaded at construction, so the per-score test is a select and one unsigned compare
+// (kv_idx - lo < hi - lo).
 struct SegmentMaskAttention : SinkAttention {
     uint32_t row0;  // this thread's first row within the tile; the second is row0 + 8
     uint32_t lo0, width0, lo1, width1;
