@@ -44,7 +44,10 @@
  *   device current, on one of its streams (checked). fas_plan_run never modifies the plan, so
  *   one plan may be run concurrently from several threads and on several streams at once (the
  *   FA2 LSE scratch is written, never read, when softmax_lse is NULL, so concurrent runs may
- *   share it; "never modifies" includes the one atomic flag that records a finished upload).
+ *   share it; "never modifies" includes the one atomic flag that records a finished upload),
+ *   except a paged-family plan that splits keys (fas_plan_info.kv_splits > 1, and every
+ *   device-length plan): its runs use the plan's own partial rows and arrival counts on the
+ *   device, so they must be ordered, one after the other (one stream, or events between them).
  *   fas_plan_destroy releases the plan's memory: call it only after every
  *   run that uses the plan has completed on the device (e.g. after cudaStreamSynchronize) and
  *   while no other thread uses the plan. SM90 schedule memory goes back to the library's cache

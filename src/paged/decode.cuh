@@ -229,6 +229,8 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     const TileOutput tile{request, qo_tile, kv_tile, kv_head, qo_len, group, num_chunks};
     finish_tile<T, KV, HeadDim, S::kWarps>(st, state, state + S::kWarps * 16 * 2, a, tile, v_scale, tid,
                                             [] { __syncthreads(); });
+    __shared__ int fold_flag;
+    fold_if_last<T, HeadDim>(a, tile, tid, S::kThreads, &fold_flag, [] { __syncthreads(); });
 }
 
 }  // namespace decode
@@ -341,7 +343,7 @@ cudaError_t run_decode(const LaunchArgs& a, cudaStream_t stream) {
     } else if constexpr (KvDtype == FAS_DTYPE_E4M3) {
         error = with_shape<Dtype, KvDtype, HeadDim, Causal, true>(a.shape, launch);
     }
-    if (error != cudaSuccess || !a.split) return error;
+    if (error != cudaSuccess || !a.split || a.fold_counts != nullptr) return error;  // folded in the kernel
     return launch_merge_decode<typename Element<Dtype>::type, HeadDim>(a, stream);
 }
 

@@ -299,6 +299,47 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
     }
 }
 
+// A split tile's arrival count (LaunchArgs::fold_counts): one per (chunk 0's partial row of the
+// tile's first token, KV head, 16-row part of that token's query heads), which no other tile of
+// the plan shares. The plan sizes the counts by its partial rows x KV heads x parts per token.
+__device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const TileOutput& tile) {
+    const int packed = tile.qo_tile * 16, token = packed / tile.group, parts = (tile.group + 15) / 16;
+    const int64_t first = a.o_indptr[tile.request] + static_cast<int64_t>(token) * tile.num_chunks;
+    return (first * a.num_heads_k + tile.kv_head) * parts + (packed % tile.group) / 16;
+}
+
+// After a tile's chunk is stored (its threads' partial rows written): in a folding plan, the CTA
+// that stores the tile's last chunk folds the tile's rows into out, one warp per row (fold.cuh).
+// Threads from tid (a multiple of 32) take part; `sync` is a barrier of every thread that calls
+// this (each with its own tile), flag one int of shared memory per tile. Publishing: a barrier,
+// then one thread's count with release and acquire semantics (CUTLASS's semaphores arrive so),
+// then a barrier before the last arriver's reads.
+template <typename T, int HeadDim, typename Sync>
+__device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutput& tile, int tid, int threads,
+                                             int* flag, const Sync& sync) {
+    if (a.fold_counts == nullptr || tile.num_chunks <= 1) return;  // alike for every caller of an item
+    const bool counted = tile.qo_tile * 16 < tile.qo_len * tile.group;  // a tile with rows
+    sync();  // every row of this chunk is stored
+    if (counted && tid == 0) {
+        int32_t* const count = a.fold_counts + fold_slot(a, tile);
+        int arrived;  // release: this CTA's rows (the barrier orders them before it); acquire: the others'
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(count) : "memory");
+        const bool last = arrived == tile.num_chunks - 1;
+        if (last) *count = 0;  // for the next run (the next kernel on the stream)
+        *flag = last;
+    }
+    sync();
+    if (!counted || *flag == 0) return;
+    const int lane = tid % 32;
+    for (int row = tid / 32; row < 16; row += threads / 32) {
+        const int packed = tile.qo_tile * 16 + row, token = packed / tile.group;
+        if (token >= tile.qo_len) break;
+        fold_row<T, HeadDim>(a, a.o_indptr[tile.request] + static_cast<int64_t>(token) * tile.num_chunks,
+                             tile.num_chunks, a.q_indptr[tile.request] + token,
+                             tile.kv_head * tile.group + packed % tile.group, lane);
+    }
+}
+
 // A tile whose chunk holds no key: zeros, and an LSE of -inf (Threads threads from tid).
 template <typename T, int HeadDim>
 __device__ __forceinline__ void finish_empty_tile(const LaunchArgs& a, const TileOutput& tile, int tid, int threads) {

@@ -183,6 +183,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     extern __shared__ __align__(1024) uint8_t smem[];
     __shared__ uint64_t full[S::kStages], empty[S::kStages];
     __shared__ float state[S::kConsumerWarps * 16 * 2];  // the end of an item: [warp][row][m, l]
+    __shared__ int fold_flag[RowBlocks];                   // fold_if_last's, per 16-row tile
     uint8_t* const ring = smem;
     uint8_t* const q_smem = smem + S::kRingBytes;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -354,6 +355,17 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             finish_empty_tile<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile
         }
+    }
+    // A split plan's items fit one wave (plan.cpp's choose_chunk; the device update alike), and the
+    // grid is a wave: a CTA of such a plan held one item, whose tile it counts (and maybe folds)
+    // now, after the loop. Inside the loop (or out of line) its code slowed the main loop of every
+    // plan (docs/design/device-lengths.md).
+    if (a.fold_counts != nullptr && items <= static_cast<int>(gridDim.x) && static_cast<int>(blockIdx.x) < items) {
+        const Item w = describe<S::kKeys>(a, blockIdx.x, a.kv_chunk_size[0]);
+        const TileOutput tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
+                              w.num_chunks};
+        fold_if_last<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices, &fold_flag[block],
+                                 [] { tma::consumers_sync<kConsumers>(); });
     }
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -13,6 +13,7 @@
 
 #include <flashinfer/attention/cascade.cuh>
 
+#include "paged/fold.cuh"
 #include "paged/paged.h"
 
 namespace fas_paged {
@@ -81,12 +82,12 @@ cudaError_t launch_merge(const LaunchArgs& a, cudaStream_t stream) {
 
 // The decode kernel's merge: a CTA per (row, head) of out's rows from first_row on, folding the
 // row's chunks (partial rows merge_indptr[r] .. merge_indptr[r + 1] - 1, their fp32 O and log2
-// LSE): warp w folds chunks w, w + 8, ... in order, its loads of up to 8 chunks issued together,
-// then the 8 warps' states meet in shared memory in warp order (a fixed order: every plan of the
-// same lengths rounds alike). Rows of one chunk were written to out by the attention kernel itself
-// (decode_math.cuh's store_chunk) and are skipped, so a device-length plan whose update chose no
-// split passes through at the cost of reading merge_indptr.
-constexpr int kMergeWarps = 8;
+// LSE) in fold.cuh's order: warp w holds state w (chunks w, w + 8, ...), its loads of up to 8
+// chunks issued together, and the 8 states meet in shared memory. Rows of one chunk were written
+// to out by the attention kernel itself (decode_math.cuh's store_chunk) and are skipped, so a
+// device-length plan whose update chose no split passes through at the cost of reading
+// merge_indptr.
+constexpr int kMergeWarps = kFoldStates;
 template <typename T, int HeadDim>
 __global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __grid_constant__ LaunchArgs a) {
     constexpr int kPerLane = HeadDim / 32;
@@ -118,14 +119,7 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __
                 for (int e = 0; e < kPerLane; ++e) v[k][e] = from[e];
             }
 #pragma unroll
-            for (int k = 0; k < kAhead; ++k) {
-                if (s[k] == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
-                const float top = fmaxf(m, s[k]), scale = exp2f(m - top), weight = exp2f(s[k] - top);
-                d = d * scale + weight;
-#pragma unroll
-                for (int e = 0; e < kPerLane; ++e) o[e] = o[e] * scale + weight * v[k][e];
-                m = top;
-            }
+            for (int k = 0; k < kAhead; ++k) fold_step(m, d, o, s[k], v[k]);
         }
         if (lane == 0) {
             state[warp][0] = m;
@@ -134,23 +128,15 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __
 #pragma unroll
         for (int e = 0; e < kPerLane; ++e) partial[warp][lane * kPerLane + e] = o[e];
         __syncthreads();
-        float top = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kMergeWarps; ++w) top = fmaxf(top, state[w][0]);
-        if (top == -INFINITY) top = 0.f;  // no chunk saw a key: every weight below is 0
-        float sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < kMergeWarps; ++w) sum += state[w][1] * exp2f(state[w][0] - top);  // 0 for idle warps
+        const auto m_of = [&](int w) { return state[w][0]; };
+        const float2 total = fold_total(m_of, [&](int w) { return state[w][1]; });
+        const float inverse = fold_inverse(total.y);
         const int64_t row = static_cast<int64_t>(a.first_row) + r;
         T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim;
-        const float inverse = sum > 0.f ? 1.f / sum : 0.f;
         for (int e = threadIdx.x; e < HeadDim; e += blockDim.x) {
-            float value = 0.f;
-#pragma unroll
-            for (int w = 0; w < kMergeWarps; ++w) value += partial[w][e] * exp2f(state[w][0] - top);
-            out[e] = static_cast<T>(value * inverse);
+            out[e] = static_cast<T>(__fmul_rn(fold_value(total.x, m_of, [&](int w) { return partial[w][e]; }), inverse));
         }
-        if (a.lse != nullptr && threadIdx.x == 0) a.lse[row * a.num_heads_q + head] = sum > 0.f ? top + log2f(sum) : -INFINITY;
+        if (a.lse != nullptr && threadIdx.x == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
         __syncthreads();  // the next pair reuses state and partial
     }
 }

@@ -62,6 +62,10 @@ struct LaunchArgs {
     void* tmp_v;
     float* tmp_s;
     const int32_t* merge_indptr;  // [merge_rows + 1]
+    // Split decode plans that fold in the kernel (fold.cuh): an arrival count per 16-row tile
+    // (fold_slot), zero between runs; the CTA that stores a tile's last chunk folds the tile into
+    // out, and no merge kernel follows. NULL: the merge kernel folds.
+    int32_t* fold_counts;
     int merge_rows;               // rows of out from first_row on
     int first_row;                // cu_seqlens_q[0]
     int sm_count;

@@ -23,6 +23,10 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Most chunks per tile that the decode kernel folds itself (create_plan); more take the merge
+// kernel, whose many CTAs beat one CTA's serial fold (docs/design/device-lengths.md).
+constexpr int kFoldMaxChunks = 4;
+
 // The work of one layout in host memory, in the order the device arrays take it.
 struct HostSchedule {
     std::vector<int32_t> request, qo_tile, kv_tile;  // per CTA
@@ -252,8 +256,22 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const bool device_lengths = request.table_stride > 0;
     std::vector<int32_t> capacity;
     const int32_t planned_ctas = static_cast<int32_t>(s.request.size());
+    const int max_chunks = s.max_chunks;  // before the widening: the capacity's own split
     if (device_lengths) widen_for_updates(layout, request, tile_rows, wave(ctas_per_sm), &s, &capacity);
     const int64_t num_ctas = static_cast<int64_t>(s.request.size());
+    // Split decode plans fold in the kernel (fold.cuh) where a tile holds at most kFoldMaxChunks
+    // chunks, so that no merge kernel follows: a host plan by its own chunks, a device-length plan
+    // (whose update splits at run time) by its capacity's (fewer sequences than that still fold,
+    // more slowly than the merge kernel would). The fold is the merge's arithmetic: same bits.
+    int host_fold_max = kFoldMaxChunks;
+#ifdef FAS_DEV_HOST_FOLD_MAX_CHUNKS  // measuring builds only (bench/dev_library.py --define)
+    host_fold_max = FAS_DEV_HOST_FOLD_MAX_CHUNKS;
+#endif
+    const int group = layout.num_heads_q / layout.num_heads_k;
+    const bool fold = kernel->tile_q == 16 && (s.chunk > 0 || device_lengths) &&
+                      max_chunks <= (device_lengths ? kFoldMaxChunks : host_fold_max);
+    const std::vector<int32_t> fold_counts(
+        fold ? static_cast<size_t>(s.partial_rows) * layout.num_heads_k * ceil_div(group, 16) : 0, 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.
     const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
     const int64_t q_elements = static_cast<int64_t>(layout.total_q) * layout.q_row_stride;
@@ -270,7 +288,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const std::vector<int32_t> chunk_value{s.chunk}, ctas_value{planned_ctas};
     const std::vector<int32_t>* arrays[] = {&s.request,  &s.qo_tile,     &s.kv_tile,   &s.q_indptr,
                                             &s.o_indptr, &s.page_indptr, &s.last_page_len, &s.merge_indptr,
-                                            &s.page_ids, &chunk_value,   &capacity,    &ctas_value};
+                                            &s.page_ids, &chunk_value,   &capacity,    &ctas_value,
+                                            &fold_counts};
     size_t schedule_bytes = 0;
     for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
     const size_t element = static_cast<size_t>(kPartialElementBytes);
@@ -298,6 +317,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.kv_chunk_size = place(chunk_value, staging, base, &offset);
     const int32_t* capacity_on_device = place(capacity, staging, base, &offset);
     const int32_t* ctas_on_device = place(ctas_value, staging, base, &offset);
+    const int32_t* fold_on_device = place(fold_counts, staging, base, &offset);
     error = fas::device_block_upload(plan->block, schedule_bytes, &message);
     if (error == cudaSuccess && device_lengths) {
         // Made once, updated and run in captured graphs: nothing may query the upload's event
@@ -326,6 +346,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.tmp_v = a.split ? static_cast<void*>(static_cast<char*>(plan->block->device_memory) + partial_at) : nullptr;
     a.tmp_s = a.split ? reinterpret_cast<float*>(static_cast<char*>(plan->block->device_memory) + partial_at + partial_v)
                       : nullptr;
+    a.fold_counts = fold ? const_cast<int32_t*>(fold_on_device) : nullptr;  // the plan's block
     a.first_row = request.cu_seqlens_q[0];
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;

@@ -299,6 +299,15 @@ void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream
             growing.push_back({100 + step, step % 5 == 4 ? 0 : 3000 + 37 * step, 1 + step, step < 3 ? 0 : 9000 - step});
         }
         cases.push_back({"device-graph", 16, 2, head_dim, 16, 1, {200, 4000, 40, 9000}, growing, true});
+        // 64 slots: enough tiles that the plan folds its splits in the decode kernel (no merge
+        // kernel; paged.h's fold_counts), against host plans that fold or merge by their own
+        // chunks: all full, one long slot alone (many chunks a tile), eight, one key each.
+        std::vector<int> slots(64), one(64, 0), eight(64, 0), ones(64, 1);
+        for (int i = 0; i < 64; ++i) slots[i] = 300 + (i * 97) % (quick ? 1200 : 2500);
+        slots[0] = quick ? 20000 : 40000;
+        one[0] = slots[0];
+        for (int i = 0; i < 8; ++i) eight[i] = slots[i];
+        cases.push_back({"device-fold", 16, 2, head_dim, 16, 1, slots, {slots, one, eight, ones}});
         // Four queries x GQA 8 (32 rows: the pair shape's tiles on every card), a split among the steps.
         cases.push_back({"device-spec-pair", 16, 2, head_dim, 16, 4, {quick ? 20000 : 40000, 3000, 40, 0},
                          {{quick ? 20000 : 40000, 3000, 40, 0}, {100, 1, 4, 0}, {0, 2999, 39, 0}}});
