@@ -263,13 +263,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     // chunks, so that no merge kernel follows: a host plan by its own chunks, a device-length plan
     // (whose update splits at run time) by its capacity's (fewer sequences than that still fold,
     // more slowly than the merge kernel would). The fold is the merge's arithmetic: same bits.
-    int host_fold_max = kFoldMaxChunks;
-#ifdef FAS_DEV_HOST_FOLD_MAX_CHUNKS  // measuring builds only (bench/dev_library.py --define)
-    host_fold_max = FAS_DEV_HOST_FOLD_MAX_CHUNKS;
-#endif
     const int group = layout.num_heads_q / layout.num_heads_k;
-    const bool fold = kernel->tile_q == 16 && (s.chunk > 0 || device_lengths) &&
-                      max_chunks <= (device_lengths ? kFoldMaxChunks : host_fold_max);
+    const bool fold = kernel->tile_q == 16 && (s.chunk > 0 || device_lengths) && max_chunks <= kFoldMaxChunks;
     const std::vector<int32_t> fold_counts(
         fold ? static_cast<size_t>(s.partial_rows) * layout.num_heads_k * ceil_div(group, 16) : 0, 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.
