@@ -205,6 +205,11 @@ struct TileOutput {
     int request, qo_tile, kv_tile, kv_head, qo_len, group, num_chunks;
 };
 
+// The partial row of chunk 0 of a split tile's query `token` (its chunk c: this + c).
+__device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const TileOutput& tile, int token) {
+    return a.o_indptr[tile.request] + token * tile.num_chunks;  // partial rows stay under 2^31 (plan.cpp)
+}
+
 // Writes 8 elements (chunk8) of a tile row's output, and the row's log2 LSE with chunk 0: to out
 // and lse, or to a split plan's fp32 partials (the merge rounds once, not once per chunk). A
 // sequence of one chunk writes out itself, in split plans too (merge_decode skips its rows): the
@@ -213,8 +218,7 @@ template <typename T, int HeadDim>
 __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutput& tile, int token, int head,
                                             int chunk8, const float (&acc)[8], float lse_value) {
     const bool partial = a.split && tile.num_chunks > 1;
-    const int64_t out_row = partial ? a.o_indptr[tile.request] + token * tile.num_chunks + tile.kv_tile
-                                    : a.q_indptr[tile.request] + token;
+    const int64_t out_row = partial ? first_partial_row(a, tile, token) + tile.kv_tile : a.q_indptr[tile.request] + token;
     const int64_t at = (out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
     if (partial) {
         float4* to = reinterpret_cast<float4*>(static_cast<float*>(a.tmp_v) + at);
@@ -304,8 +308,8 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
 // the plan shares. The plan sizes the counts by its partial rows x KV heads x parts per token.
 __device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const TileOutput& tile) {
     const int packed = tile.qo_tile * 16, token = packed / tile.group, parts = (tile.group + 15) / 16;
-    const int64_t first = a.o_indptr[tile.request] + static_cast<int64_t>(token) * tile.num_chunks;
-    return (first * a.num_heads_k + tile.kv_head) * parts + (packed % tile.group) / 16;
+    return (static_cast<int64_t>(first_partial_row(a, tile, token)) * a.num_heads_k + tile.kv_head) * parts +
+           (packed % tile.group) / 16;
 }
 
 // After a tile's chunk is stored (its threads' partial rows written): in a folding plan, the CTA
@@ -334,8 +338,7 @@ __device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutp
     for (int row = tid / 32; row < 16; row += threads / 32) {
         const int packed = tile.qo_tile * 16 + row, token = packed / tile.group;
         if (token >= tile.qo_len) break;
-        fold_row<T, HeadDim>(a, a.o_indptr[tile.request] + static_cast<int64_t>(token) * tile.num_chunks,
-                             tile.num_chunks, a.q_indptr[tile.request] + token,
+        fold_row<T, HeadDim>(a, first_partial_row(a, tile, token), tile.num_chunks, a.q_indptr[tile.request] + token,
                              tile.kv_head * tile.group + packed % tile.group, lane);
     }
 }

@@ -52,9 +52,20 @@ __device__ __forceinline__ float fold_value(float top, const M& m_of, const P& p
 __device__ __forceinline__ float fold_inverse(float sum) { return sum > 0.f ? __fdiv_rn(1.f, sum) : 0.f; }
 __device__ __forceinline__ float fold_lse(float top, float sum) { return sum > 0.f ? __fadd_rn(top, log2f(sum)) : -INFINITY; }
 
+// Partial row c's log2 LSE for `head` (-inf where !valid: past the row's chunks) and this lane's
+// K values of it (row c's, valid or not: c is always a row of the buffer). Read through L2
+// (ld.cg): the decode kernel's fold reads what other CTAs of the same kernel wrote.
+template <int HeadDim, int K>
+__device__ __forceinline__ void load_partial(const LaunchArgs& a, int64_t c, int head, int lane, bool valid, float& s,
+                                             float (&v)[K]) {
+    s = valid ? __ldcg(a.tmp_s + c * a.num_heads_q + head) : -INFINITY;
+    const float* from = static_cast<const float*>(a.tmp_v) + (c * a.num_heads_q + head) * HeadDim + lane * K;
+#pragma unroll
+    for (int e = 0; e < K; ++e) v[e] = __ldcg(from + e);
+}
+
 // One warp folds row `row` of out, head `head`, from its chunks' partial rows first .. first +
-// chunks - 1 (a.tmp_v / a.tmp_s). The partials come from other CTAs of the same kernel: read
-// through L2 (ld.cg), after the caller's acquire.
+// chunks - 1 (a.tmp_v / a.tmp_s), after the caller's acquire.
 template <typename T, int HeadDim>
 __device__ __forceinline__ void fold_row(const LaunchArgs& a, int64_t first, int chunks, int64_t row, int head,
                                          int lane) {
@@ -71,11 +82,8 @@ __device__ __forceinline__ void fold_row(const LaunchArgs& a, int64_t first, int
         float s[kFoldStates], v[kFoldStates][kPerLane];
 #pragma unroll
         for (int w = 0; w < kFoldStates; ++w) {  // every load of the round first
-            const int64_t c = first + (c0 + w < chunks ? c0 + w : 0);
-            s[w] = c0 + w < chunks ? __ldcg(a.tmp_s + c * a.num_heads_q + head) : -INFINITY;
-            const float* from = static_cast<const float*>(a.tmp_v) + (c * a.num_heads_q + head) * HeadDim + lane * kPerLane;
-#pragma unroll
-            for (int e = 0; e < kPerLane; ++e) v[w][e] = __ldcg(from + e);
+            const bool valid = c0 + w < chunks;
+            load_partial<HeadDim>(a, first + (valid ? c0 + w : 0), head, lane, valid, s[w], v[w]);
         }
 #pragma unroll
         for (int w = 0; w < kFoldStates; ++w) fold_step(m[w], d[w], o[w], s[w], v[w]);

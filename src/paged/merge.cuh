@@ -111,12 +111,7 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __
 #pragma unroll
             for (int k = 0; k < kAhead; ++k) {
                 const int c = first + k * kMergeWarps;
-                s[k] = c < end ? a.tmp_s[static_cast<int64_t>(c) * a.num_heads_q + head] : -INFINITY;
-                const float* from = static_cast<const float*>(a.tmp_v) +
-                                    (static_cast<int64_t>(c < end ? c : begin) * a.num_heads_q + head) * HeadDim +
-                                    lane * kPerLane;
-#pragma unroll
-                for (int e = 0; e < kPerLane; ++e) v[k][e] = from[e];
+                load_partial<HeadDim>(a, c < end ? c : begin, head, lane, c < end, s[k], v[k]);
             }
 #pragma unroll
             for (int k = 0; k < kAhead; ++k) fold_step(m, d, o, s[k], v[k]);
@@ -145,8 +140,8 @@ template <typename T, int HeadDim>
 cudaError_t launch_merge_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0, "a warp's lanes split the head dim evenly");
     const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
-    // Eight CTAs per SM at most; two for a device-length plan, which launches the merge in every
-    // layer, its CTAs only starting and returning after an unsplit update (8 per SM cost the
+    // Eight CTAs per SM at most; two for a device-length plan (one that does not fold), which
+    // launches the merge in every layer, its CTAs only starting and returning after an unsplit update (8 per SM cost the
     // smallest layers 1-2 us; 2 per SM cost host plans' many-row merges as much: 64 x 4k 8/1).
     const int64_t per_sm = a.device_ctas != nullptr ? 2 : 8;
     const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, per_sm * a.sm_count));

@@ -264,7 +264,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     // (whose update splits at run time) by its capacity's (fewer sequences than that still fold,
     // more slowly than the merge kernel would). The fold is the merge's arithmetic: same bits.
     const int group = layout.num_heads_q / layout.num_heads_k;
-    const bool fold = kernel->tile_q == 16 && (s.chunk > 0 || device_lengths) && max_chunks <= kFoldMaxChunks;
+    const bool fold = kernel->tile_q == 16 && s.chunk > 0 && max_chunks <= kFoldMaxChunks;  // device plans: chunk > 0
     const std::vector<int32_t> fold_counts(
         fold ? static_cast<size_t>(s.partial_rows) * layout.num_heads_k * ceil_div(group, 16) : 0, 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.
