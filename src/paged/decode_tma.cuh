@@ -106,7 +106,7 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     const int id_shift = 5 - (StageIds<S::kKeys>::kKeysShift - a.box_shift);  // 1 << id_shift: stages of an id group
     int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
     const int items = item_count(a);
-    ItemStream<S::kKeys> ahead(a, items);
+    ItemStream<S::kKeys> ahead(a, items, true);
     StageIds<S::kKeys> ids, next, upcoming;  // id groups: this stage's, the item's next, the next item's first
     struct FirstRow {
         int index = -1, row = 0;
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     // ahead; the others on the spot: their kernels, held to 168 registers, spilled more with the
     // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-producer.md).
     constexpr bool kAhead = !kFp8 && RowBlocks == 1;
-    ItemStream<S::kKeys> ahead(a, kAhead ? items : 0);
+    ItemStream<S::kKeys> ahead(a, kAhead ? items : 0, kAhead);
     const auto take = [&](int index) {
         return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index, ahead.chunk);
     };
@@ -359,9 +359,11 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     // A split plan's items fit one wave (plan.cpp's choose_chunk; the device update alike), and the
     // grid is a wave: a CTA of such a plan held one item, whose tile it counts (and maybe folds)
     // now, after the loop. Inside the loop (or out of line) its code slowed the main loop of every
-    // plan (docs/design/device-lengths.md).
-    if (a.fold_counts != nullptr && items <= static_cast<int>(gridDim.x) && static_cast<int>(blockIdx.x) < items) {
-        const Item w = describe<S::kKeys>(a, blockIdx.x, a.kv_chunk_size[0]);
+    // plan (docs/design/device-lengths.md). A device plan's unsplit update leaves every tile one
+    // chunk: nothing to count, and the description's two loads would delay the next launch.
+    if (a.fold_counts != nullptr && ahead.chunk != kUnsplitChunk && items <= static_cast<int>(gridDim.x) &&
+        static_cast<int>(blockIdx.x) < items) {
+        const Item w = describe<S::kKeys>(a, blockIdx.x, ahead.chunk);
         const TileOutput tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
                               w.num_chunks};
         fold_if_last<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices, &fold_flag[block],

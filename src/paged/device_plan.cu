@@ -31,6 +31,10 @@ struct Shared {
         cub::BlockReduce<long long, kThreads>::TempStorage reduce;
         cub::BlockScan<int, kThreads>::TempStorage scan;
         cub::BlockRadixSort<unsigned, kThreads, kPerThread, int>::TempStorage sort;
+        struct {
+            int seq[kMaxDeviceBatch];    // by sorted position: the sequence
+            int first[kMaxDeviceBatch];  // and its first work item
+        } items;  // after the last scan
     } cub;
     long long total;
     int probe_ctas[2][kWarps][kProbes];  // by round parity: a round's writes never meet the last one's reads
@@ -104,20 +108,29 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
     long long chunk = 0;
     if (base < u.wave && longest > u.kv_tile) {
         long long low = 1, high = ceil_div(longest, u.kv_tile);
+        // Threads past the batch count nothing: whole warps of them skip the divisions instead of
+        // issuing them predicated off beside the warps that count (a small batch's few warps).
+        const bool counts = tid * kPerThread < u.batch;
         for (int round = 0; low < high; ++round) {
             long long probe[kProbes];
             int ctas[kProbes];
 #pragma unroll
             for (int k = 0; k < kProbes; ++k) {
                 probe[k] = low + (high - low) * k / kProbes;
-                const unsigned keys = static_cast<unsigned>(probe[k] * u.kv_tile);  // <= longest + kv_tile < 2^32
-                long long count = 0;
+                ctas[k] = 0;
+            }
+            if (counts) {
 #pragma unroll
-                for (int j = 0; j < kPerThread; ++j) {
-                    const int i = tid * kPerThread + j;
-                    if (i < u.batch) count += static_cast<long long>(sh.tiles[i]) * ((max(span[j], 1) - 1u) / keys + 1);
+                for (int k = 0; k < kProbes; ++k) {
+                    const unsigned keys = static_cast<unsigned>(probe[k] * u.kv_tile);  // <= longest + kv_tile < 2^32
+                    long long count = 0;
+#pragma unroll
+                    for (int j = 0; j < kPerThread; ++j) {
+                        const int i = tid * kPerThread + j;
+                        if (i < u.batch) count += static_cast<long long>(sh.tiles[i]) * ((max(span[j], 1) - 1u) / keys + 1);
+                    }
+                    ctas[k] = static_cast<int>(min(count * u.num_heads_k, static_cast<long long>(kCountCap)));
                 }
-                ctas[k] = static_cast<int>(min(count * u.num_heads_k, static_cast<long long>(kCountCap)));
             }
             block_sums(sh, ctas, round % 2);
             int first = kProbes;  // the first probe that fits
@@ -190,21 +203,30 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
     }
     int total = 0;
     cub::BlockScan<int, kThreads>(sh.cub.scan).ExclusiveSum(items, item_offset, total);
+    __syncthreads();  // the scan's storage becomes the table of sorted sequences
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-        const int i = value[j];
-        if (i >= u.batch) continue;
-        int at = item_offset[j];
-        for (int t = 0; t < sh.tiles[i]; ++t) {
-            for (int c = 0; c < sh.chunks[i]; ++c, ++at) {
-                if (at >= u.max_ctas) continue;  // the capacity bounds it; never written past
-                u.requests[at] = i;
-                u.qo_tiles[at] = t;
-                u.kv_tiles[at] = c;
-            }
-        }
+        sh.cub.items.seq[tid * kPerThread + j] = value[j];
+        sh.cub.items.first[tid * kPerThread + j] = item_offset[j];
     }
-    if (tid == 0) u.device_ctas[0] = min(total, u.max_ctas);
+    __syncthreads();
+    // Every thread writes items g = tid, tid + kThreads, ... (at most the capacity's): item g
+    // belongs to the last sorted sequence whose first item is <= g (sorted positions past the batch
+    // hold none), as its query tile t and chunk c in t-major order. A thread per sequence writing
+    // its own items was a serial chain of tiles x chunks stores (128 for one sequence of 128k).
+    const int count = min(total, u.max_ctas);
+    for (int g = tid; g < count; g += kThreads) {
+        int low = 0, high = u.batch - 1;
+        while (low < high) {
+            const int mid = (low + high + 1) / 2;
+            if (sh.cub.items.first[mid] <= g) low = mid; else high = mid - 1;
+        }
+        const int i = sh.cub.items.seq[low], local = g - sh.cub.items.first[low];
+        u.requests[g] = i;
+        u.qo_tiles[g] = local / sh.chunks[i];
+        u.kv_tiles[g] = local % sh.chunks[i];
+    }
+    if (tid == 0) u.device_ctas[0] = count;
 }
 
 }  // namespace

@@ -30,9 +30,9 @@ struct Element<FAS_DTYPE_BF16> {
 };
 
 // Launches kernel(args...) with programmatic dependent launch: it may start while the kernel
-// before it on the stream drains, and waits (griddepcontrol.wait) before it reads anything that
-// kernel could write; what it reads earlier is the plan's own schedule. Saves a launch gap per
-// kernel. Every paged launch goes through here.
+// before it on the stream drains, and waits (griddepcontrol.wait) before it reads or writes
+// anything that kernel could touch; what it reads earlier is the plan's own schedule. Saves a
+// launch gap per kernel. Every paged launch goes through here.
 template <typename Kernel, typename... Args>
 cudaError_t launch_overlapped(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                               Args... args) {
@@ -95,6 +95,11 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_decode_kernel(const __
     __shared__ float state[kMergeWarps][2];
     __shared__ float partial[kMergeWarps][HeadDim];
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    // The next kernel (the next layer's attention) may launch once every CTA of this grid has
+    // started: it waits for this grid's end before touching out or the partials
+    // (launch_overlapped), so its launch hides behind this kernel's wait and run instead of
+    // following them (docs/design/device-lengths.md, fifth round).
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
     // A device-length plan's unsplit update (every row one chunk, written by the attention kernel).
