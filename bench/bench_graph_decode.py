@@ -10,8 +10,10 @@ A step is one decode step of a model: every layer's attention over the same leng
 Both write their own output; after timing, the two must be equal bit for bit (printed). Timing:
 common.median_ms_each, both in the same rounds; issue 34's bar: graph / host <= 1.03 per row.
 --profile adds, per row, each kernel's mean duration and the time no kernel ran, per layer, for
-both (profile_decode.kernels_of: CUPTI through torch.profiler): where a graph step's extra time
-goes (a merge node per layer, gaps between the graph's nodes).
+each mode (profile_decode.kernels_of: CUPTI through torch.profiler). --modes adds three steps timed
+in the same rounds: the host plan in a graph (what a graph alone gains), the device plan eager with
+its update, and its graph without the update (run once before): whether a graph step's extra time
+is the graph's, the update's or the device plan's own runs (all bits compared).
 """
 
 from __future__ import annotations
@@ -50,51 +52,68 @@ def print_profile(label: str, fn, layers: int) -> None:
         print(f"|   | {name[:60]} | {mean:.2f} us | {count} |")
 
 
+def capture(step) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of step(stream), captured on a side stream."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+        step(torch.cuda.current_stream().cuda_stream)
+    torch.cuda.current_stream().wait_stream(side)
+    return graph
+
+
+# --modes: where a graph step's extra time goes. Each mode is (plan kind, update in the step, in a graph).
+MODES = {"host": ("host", False, False), "graph": ("device", True, True),
+         "host in a graph": ("host", False, True), "device eager": ("device", True, False),
+         "graph, update outside": ("device", False, True)}
+
+
 def graph_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, queries: int, layers: int,
-              repeats: int, profile: bool = False):
-    stream = torch.cuda.current_stream().cuda_stream
+              repeats: int, profile: bool = False, modes: tuple = ("host", "graph")):
     dev, bf16 = "cuda", torch.bfloat16
+    stream = torch.cuda.current_stream().cuda_stream
     stride = -(-kv_len // PAGE)
     num_pages = batch * stride
     k_cache = torch.randn(num_pages, PAGE, heads_kv, HEAD_DIM, device=dev, dtype=bf16)
     v_cache = torch.randn_like(k_cache)
     table = torch.randperm(num_pages, device=dev).to(torch.int32).view(batch, stride).contiguous()
     q = torch.randn(batch * queries, heads_q, HEAD_DIM, device=dev, dtype=bf16)
-    outs = {name: torch.empty_like(q) for name in ("host", "graph")}
     lengths = torch.full((batch,), kv_len, device=dev, dtype=torch.int32)
-    host = lib.plan_create(plan_args(batch, queries, kv_len, heads_q, heads_kv, num_pages, stream, False, 0))
-    device = lib.plan_create(plan_args(batch, queries, kv_len, heads_q, heads_kv, num_pages, stream, True, stride))
-    runs = {name: PlanRunArgs.new(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(),
-                                  out=outs[name].data_ptr(), stream=0, page_indices=table.data_ptr())
-            for name in ("host", "graph")}  # full rows: the CSR table is the block table flattened
+    outs, plans, fns = {}, {}, {}
+    for mode in modes:  # a plan and an output per mode, so that every mode's bits can be compared
+        kind, update, in_graph = MODES[mode]
+        device = kind == "device"
+        plan = lib.plan_create(plan_args(batch, queries, kv_len, heads_q, heads_kv, num_pages, stream, device,
+                                         stride if device else 0))
+        plans[mode] = plan
+        outs[mode] = torch.empty_like(q)
+        run = PlanRunArgs.new(q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=outs[mode].data_ptr(),
+                              stream=0, page_indices=table.data_ptr())  # full rows: the CSR table is the block table
 
-    def host_step():
-        runs["host"].stream = torch.cuda.current_stream().cuda_stream
-        for _ in range(layers):
-            lib.check(lib.dll.fas_plan_run(host, ctypes.byref(runs["host"])))
+        def step(on_stream, plan=plan, run=run, update=update):
+            run.stream = on_stream
+            if update:
+                lib.check(lib.dll.fas_plan_update(plan, ctypes.byref(
+                    PlanUpdateArgs.new(kv_lengths=lengths.data_ptr(), stream=on_stream))))
+            for _ in range(layers):
+                lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
 
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-        capturing = torch.cuda.current_stream().cuda_stream
-        update = PlanUpdateArgs.new(kv_lengths=lengths.data_ptr(), stream=capturing)
-        runs["graph"].stream = capturing
-        lib.check(lib.dll.fas_plan_update(device, ctypes.byref(update)))
-        for _ in range(layers):
-            lib.check(lib.dll.fas_plan_run(device, ctypes.byref(runs["graph"])))
-    torch.cuda.current_stream().wait_stream(side)
-
-    host_step()
-    graph.replay()
+        # Eagerly once first: a host plan's schedule upload, and the update of a graph that leaves it out.
+        step(stream, update=update or device)
+        torch.cuda.synchronize()
+        fns[mode] = capture(step).replay if in_graph else (
+            lambda step=step: step(torch.cuda.current_stream().cuda_stream))
+    for fn in fns.values():
+        fn()
     torch.cuda.synchronize()
-    equal = torch.equal(outs["host"], outs["graph"])
-    times = median_ms_each({"host": host_step, "graph": graph.replay}, repeats)
+    equal = all(torch.equal(outs[modes[0]], out) for out in outs.values())
+    times = median_ms_each(fns, repeats)
     if profile:
-        print_profile("host", host_step, layers)
-        print_profile("graph", graph.replay, layers)
-    info = lib.plan_info(device)
-    for plan in (host, device):
+        for mode in modes:
+            print_profile(mode, fns[mode], layers)
+    info = lib.plan_info(plans["graph"])
+    for plan in plans.values():
         lib.check(lib.dll.fas_plan_destroy(plan))
     return times, equal, info
 
@@ -106,25 +125,36 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=36)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="kernel durations and idle time per layer")
+    parser.add_argument("--modes", action="store_true",
+                        help="also the host plan in a graph, the device plan eager and its graph without the update")
     args = parser.parse_args()
+    modes = tuple(MODES) if args.modes else ("host", "graph")
+    extra = modes[2:]
     lib = Library(args.artifact)
     print(f"{torch.cuda.get_device_name()}, flash_attn_standalone {lib.version()}, bf16 hd{HEAD_DIM}, pages of {PAGE}, "
           f"{args.layers} layers a step")
-    print("| batch x KV | heads | q | host step | graph step | graph / host | equal bits | splits, CTAs/SM |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| batch x KV | heads | q | host step | graph step | graph / host | equal bits | splits, CTAs/SM |"
+          + "".join(f" {mode} / host |" for mode in extra))
+    print("| --- " * (8 + len(extra)) + "|")
     for row in args.rows:
         batch, kv_len, heads_q, heads_kv, queries = parse_row(row)
         try:
             times, equal, info = graph_row(lib, batch, kv_len, heads_q, heads_kv, queries, args.layers, args.repeats,
-                                           args.profile)
+                                           args.profile, modes)
         except FasError as error:  # e.g. rows past the decode kernel's tiles on this card
-            print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | - | - | - | - | {error.message} |", flush=True)
+            print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | - | - | - | - | {error.message} |"
+                  + " - |" * len(extra), flush=True)
             continue
-        host, graph = times["host"], times["graph"]
-        ratio = f"{graph / host:.3f}" if isinstance(host, float) and isinstance(graph, float) else "-"
-        show = [f"{t * 1e3:.0f} us" if isinstance(t, float) else t for t in (host, graph)]
-        print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | {show[0]} | {show[1]} | {ratio} | "
-              f"{'yes' if equal else 'NO'} | {info.kv_splits}, {info.ctas_per_sm} |", flush=True)
+        host = times["host"]
+
+        def ratio(mode: str) -> str:
+            ok = isinstance(host, float) and isinstance(times[mode], float)
+            return f"{times[mode] / host:.3f}" if ok else "-"
+
+        show = [f"{t * 1e3:.0f} us" if isinstance(t, float) else t for t in (host, times["graph"])]
+        print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | {show[0]} | {show[1]} | {ratio('graph')} | "
+              f"{'yes' if equal else 'NO'} | {info.kv_splits}, {info.ctas_per_sm} |"
+              + "".join(f" {ratio(mode)} |" for mode in extra), flush=True)
 
 
 if __name__ == "__main__":
