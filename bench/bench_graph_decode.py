@@ -25,7 +25,7 @@ import torch
 
 import fas_ctypes
 from bench_decode import DEFAULT_ROWS, parse_row
-from common import Library, median_ms_each
+from common import Library, median_ms_each, ratio
 from profile_decode import kernels_of
 from fas_ctypes import FasError, PlanArgs, PlanRunArgs, PlanUpdateArgs
 
@@ -146,15 +146,10 @@ def main() -> None:
                   + " - |" * len(extra), flush=True)
             continue
         host = times["host"]
-
-        def ratio(mode: str) -> str:
-            ok = isinstance(host, float) and isinstance(times[mode], float)
-            return f"{times[mode] / host:.3f}" if ok else "-"
-
         show = [f"{t * 1e3:.0f} us" if isinstance(t, float) else t for t in (host, times["graph"])]
-        print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | {show[0]} | {show[1]} | {ratio('graph')} | "
-              f"{'yes' if equal else 'NO'} | {info.kv_splits}, {info.ctas_per_sm} |"
-              + "".join(f" {ratio(mode)} |" for mode in extra), flush=True)
+        print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | {show[0]} | {show[1]} | "
+              f"{ratio(host, times['graph'], 3)} | {'yes' if equal else 'NO'} | {info.kv_splits}, {info.ctas_per_sm} |"
+              + "".join(f" {ratio(host, times[mode], 3)} |" for mode in extra), flush=True)
 
 
 if __name__ == "__main__":

@@ -176,8 +176,9 @@ def tflops(flops: float, ms) -> str:
     return ms if ms == "not built" else "n/a"
 
 
-def ratio(a, b) -> str:
-    return f"{b / a:.2f}x" if isinstance(a, float) and isinstance(b, float) else "n/a"
+def ratio(a, b, digits: int = 2) -> str:
+    """b / a as "1.23x", or "n/a" where either is not a time (a backend's refusal)."""
+    return f"{b / a:.{digits}f}x" if isinstance(a, float) and isinstance(b, float) else "n/a"
 
 
 def overhead(reused, replanned) -> str:

@@ -87,14 +87,15 @@ struct ItemStream {
     int chunk;        // the plan's KV chunk, split plans (loaded here once, not per item)
     ItemRow row[2];   // of index and index + gridDim.x
     ItemSeq seq;      // of index
-    // used: whether take() will be called. The first row is loaded whatever the launch's item count
-    // (a CTA's index is below the grid, which the plan's schedule rows bound), beside a device-length
-    // plan's load of that count instead of after it: a round trip less at every launch's start.
+    // used: whether take() will be called (nothing is loaded ahead otherwise). The first row is
+    // loaded whatever the launch's item count (a CTA's index is below the grid, which the plan's
+    // schedule rows bound), beside a device-length plan's load of that count instead of after it:
+    // a round trip less at every launch's start.
     __device__ __forceinline__ ItemStream(const LaunchArgs& a, int items, bool used)
         : index(blockIdx.x), chunk(a.split ? a.kv_chunk_size[0] : 0) {
         row[0] = used ? load_row(a, index) : ItemRow{};
         seq = used && index < items ? load_seq(a, row[0].request) : ItemSeq{};
-        row[1] = index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
+        row[1] = used && index + static_cast<int>(gridDim.x) < items ? load_row(a, index + gridDim.x) : ItemRow{};
     }
     // Item `index` (which must be < items), then the loads of the two after it.
     __device__ __forceinline__ Item take(const LaunchArgs& a, int items) {

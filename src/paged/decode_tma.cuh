@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     // ahead; the others on the spot: their kernels, held to 168 registers, spilled more with the
     // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-producer.md).
     constexpr bool kAhead = !kFp8 && RowBlocks == 1;
-    ItemStream<S::kKeys> ahead(a, kAhead ? items : 0, kAhead);
+    ItemStream<S::kKeys> ahead(a, items, kAhead);
     const auto take = [&](int index) {
         return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index, ahead.chunk);
     };

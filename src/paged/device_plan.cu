@@ -32,9 +32,9 @@ struct Shared {
         cub::BlockScan<int, kThreads>::TempStorage scan;
         cub::BlockRadixSort<unsigned, kThreads, kPerThread, int>::TempStorage sort;
         struct {
-            int seq[kMaxDeviceBatch];    // by sorted position: the sequence
-            int first[kMaxDeviceBatch];  // and its first work item
-        } items;  // after the last scan
+            int seq[kMaxDeviceBatch];         // by sorted position: the sequence
+            int first_item[kMaxDeviceBatch];  // and its first work item
+        } sorted;  // after the last scan
     } cub;
     long long total;
     int probe_ctas[2][kWarps][kProbes];  // by round parity: a round's writes never meet the last one's reads
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
     __syncthreads();  // the scan's storage becomes the table of sorted sequences
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-        sh.cub.items.seq[tid * kPerThread + j] = value[j];
-        sh.cub.items.first[tid * kPerThread + j] = item_offset[j];
+        sh.cub.sorted.seq[tid * kPerThread + j] = value[j];
+        sh.cub.sorted.first_item[tid * kPerThread + j] = item_offset[j];
     }
     __syncthreads();
     // Every thread writes items g = tid, tid + kThreads, ... (at most the capacity's): item g
@@ -219,9 +219,9 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const DeviceUpdate u, 
         int low = 0, high = u.batch - 1;
         while (low < high) {
             const int mid = (low + high + 1) / 2;
-            if (sh.cub.items.first[mid] <= g) low = mid; else high = mid - 1;
+            if (sh.cub.sorted.first_item[mid] <= g) low = mid; else high = mid - 1;
         }
-        const int i = sh.cub.items.seq[low], local = g - sh.cub.items.first[low];
+        const int i = sh.cub.sorted.seq[low], local = g - sh.cub.sorted.first_item[low];
         u.requests[g] = i;
         u.qo_tiles[g] = local / sh.chunks[i];
         u.kv_tiles[g] = local % sh.chunks[i];

@@ -146,8 +146,9 @@ cudaError_t launch_merge_decode(const LaunchArgs& a, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0, "a warp's lanes split the head dim evenly");
     const int64_t pairs = static_cast<int64_t>(a.merge_rows) * a.num_heads_q;
     // Eight CTAs per SM at most; two for a device-length plan (one that does not fold), which
-    // launches the merge in every layer, its CTAs only starting and returning after an unsplit update (8 per SM cost the
-    // smallest layers 1-2 us; 2 per SM cost host plans' many-row merges as much: 64 x 4k 8/1).
+    // launches the merge in every layer, its CTAs only starting and returning after an unsplit
+    // update (8 per SM cost the smallest layers 1-2 us; 2 per SM cost host plans' many-row merges
+    // as much: 64 x 4k 8/1).
     const int64_t per_sm = a.device_ctas != nullptr ? 2 : 8;
     const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(pairs, per_sm * a.sm_count));
     const cudaError_t error = launch_overlapped(merge_decode_kernel<T, HeadDim>, dim3(static_cast<unsigned>(ctas)),
