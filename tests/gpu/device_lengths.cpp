@@ -308,6 +308,15 @@ void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream
         one[0] = slots[0];
         for (int i = 0; i < 8; ++i) eight[i] = slots[i];
         cases.push_back({"device-fold", 16, 2, head_dim, 16, 1, slots, {slots, one, eight, ones}});
+        // 131 slots (262 items: on a stream card two rounds, the second partial): mixed lengths,
+        // half of them, and a step of few keys each.
+        std::vector<int> many(131), half(131), few(131);
+        for (int i = 0; i < 131; ++i) {
+            many[i] = 1 + (i * 523) % 3000;
+            half[i] = i % 2 == 0 ? many[i] : 0;
+            few[i] = i % 7;
+        }
+        cases.push_back({"device-rounds", 16, 2, head_dim, 16, 1, many, {many, half, few}});
         // Four queries x GQA 8 (32 rows: the pair shape's tiles on every card), a split among the steps.
         cases.push_back({"device-spec-pair", 16, 2, head_dim, 16, 4, {quick ? 20000 : 40000, 3000, 40, 0},
                          {{quick ? 20000 : 40000, 3000, 40, 0}, {100, 1, 4, 0}, {0, 2999, 39, 0}}});

@@ -279,6 +279,20 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                        FAS_FAMILY_PAGED, 64, 30.f},
                       32);
         }
+        // More work items than a stream card's CTAs, unsplit: each persistent CTA takes rounds of
+        // items, the last round partial; mixed lengths with one empty, a window, 32-row tiles
+        // (the other cards: their own shapes).
+        const auto lengths = [](int n, int most) {
+            std::vector<int> k(n);
+            for (int i = 0; i < n; ++i) k[i] = i == 5 ? 0 : 1 + (i * 523) % most;
+            return k;
+        };
+        cases.push_back({"paged-decode-rounds", 16, 2, head_dim, true, 16, std::vector<int>(131, 1), lengths(131, 5000)});
+        cases.push_back({"paged-decode-rounds-window", 16, 2, head_dim, true, 16, std::vector<int>(67, 1),
+                         lengths(67, 6000), false, 0, FAS_FAMILY_PAGED, 300});
+        if (pairs) {
+            pair_case({"paged-spec-pair-rounds", 16, 2, head_dim, true, 16, std::vector<int>(67, 4), lengths(67, 3000)}, 32);
+        }
         // Chunked prefill (queries fewer than keys, bottom-right causal): the SM90 paged kernel
         // where built. A sequence without queries, one whose queries end a page, pages of 48.
         cases.push_back({"paged-chunked-small", 8, 2, head_dim, true, 48, {20, 0, 37}, {100, 64, 37}});
@@ -322,7 +336,10 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             {"paged-decode-sinks", 64, 8, head_dim, true, 16, {1, 1, 1, 1}, {0, 1, 7, 4097}},
             {"paged-decode-sinks-split", 64, 8, head_dim, true, 16, {1, 1}, {quick ? 20000 : 65536, 300}, true},
             {"paged-decode-sinks-window", 64, 8, head_dim, true, 16, {1, 1, 1}, {100, 5000, 128}, false, 0,
-             FAS_FAMILY_PAGED, 128}};
+             FAS_FAMILY_PAGED, 128},
+            // 136 items: a last round of 4 on a stream card's 132 CTAs.
+            {"paged-decode-sinks-rounds", 64, 8, head_dim, true, 16, std::vector<int>(17, 1),
+             std::vector<int>(17, 3000)}};
         if (pairs) with_sinks.push_back({"paged-spec-pair-sinks", 16, 2, head_dim, true, 16, {4, 3, 1}, {40, 4097, 6}});
         if (has_kernel("sm90_paged", dtype, head_dim, true)) {
             with_sinks.push_back({"paged-chunked-sinks", 64, 8, head_dim, true, 16, {20, 37}, {100, 37}});
@@ -397,6 +414,8 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             c.fp8_q = true;
             fp8.push_back(c);
         }
+        fp8.push_back({"fp8kv-decode-rounds", 16, 2, head_dim, true, 16, std::vector<int>(67, 1),
+                       std::vector<int>(67, 2500)});
         fp8.push_back({"fp8kv-decode-sinks-split", 64, 8, head_dim, true, 16, {1, 1}, {20000, 0}, true});
         fp8.back().sinks = true;
         for (size_t i = 0; i < fp8.size(); ++i) {
