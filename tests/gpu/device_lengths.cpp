@@ -310,9 +310,9 @@ void report_device_length_cases(fas_dtype dtype, bool quick, cudaStream_t stream
         cases.push_back({"device-fold", 16, 2, head_dim, 16, 1, slots, {slots, one, eight, ones}});
         // 131 slots (262 items: on a stream card two rounds, the second partial): mixed lengths,
         // half of them, and a step of few keys each.
-        std::vector<int> many(131), half(131), few(131);
+        const std::vector<int> many = spread_lengths(131, 3000);
+        std::vector<int> half(131), few(131);
         for (int i = 0; i < 131; ++i) {
-            many[i] = 1 + (i * 523) % 3000;
             half[i] = i % 2 == 0 ? many[i] : 0;
             few[i] = i % 7;
         }

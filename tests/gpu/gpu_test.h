@@ -170,6 +170,13 @@ inline std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt1993
     return ids;
 }
 
+// Key counts for many sequences, spread over 1 .. most without a pattern a schedule could align to.
+inline std::vector<int> spread_lengths(int n, int most) {
+    std::vector<int> k(n);
+    for (int i = 0; i < n; ++i) k[i] = 1 + (i * 523) % most;
+    return k;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Numerics (numerics.cpp): round-to-nearest-even conversions between float and the 16-bit
 // dtypes and FP8 e4m3 (OCP: no infinities, max 448, 0x7f / 0xff are NaN; conversion saturates

@@ -282,9 +282,9 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         // More work items than a stream card's CTAs, unsplit: each persistent CTA takes rounds of
         // items, the last round partial; mixed lengths with one empty, a window, 32-row tiles
         // (the other cards: their own shapes).
-        const auto lengths = [](int n, int most) {
-            std::vector<int> k(n);
-            for (int i = 0; i < n; ++i) k[i] = i == 5 ? 0 : 1 + (i * 523) % most;
+        const auto lengths = [](int n, int most) {  // one sequence without keys
+            std::vector<int> k = spread_lengths(n, most);
+            k[5] = 0;
             return k;
         };
         cases.push_back({"paged-decode-rounds", 16, 2, head_dim, true, 16, std::vector<int>(131, 1), lengths(131, 5000)});
