@@ -252,6 +252,31 @@ struct DecodeLaunch {
     }
 };
 
+// A stream shape with a tail variant (decode_items.cuh): launches whose plan holds tail buffers
+// take it (a warp more, kTailSmemBytes more), the others the plain kernel; creation opts both
+// into their shared memory and reports the smaller CTAs per SM.
+template <typename Kernel, typename Shape>
+struct TailStreamLaunch {
+    Kernel kernel, tail;
+    static constexpr int kTailSmem = Shape::kSmemBytes + decode::kTailSmemBytes;
+    cudaError_t occupancy(int* ctas_per_sm) const {
+        int tail_ctas = 0;
+        cudaError_t error = DecodeLaunch<Kernel, Shape, true>{kernel}.occupancy(ctas_per_sm);
+        if (error == cudaSuccess) error = cudaFuncSetAttribute(tail, cudaFuncAttributeMaxDynamicSharedMemorySize, kTailSmem);
+        if (error == cudaSuccess) {
+            error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tail_ctas, tail, Shape::kThreads + 32, kTailSmem);
+        }
+        *ctas_per_sm = std::min(*ctas_per_sm, tail_ctas);
+        return error;
+    }
+    cudaError_t launch(const LaunchArgs& a, cudaStream_t stream) const {
+        if (a.tail_counts == nullptr) return DecodeLaunch<Kernel, Shape, true>{kernel}.launch(a, stream);
+        const int items = a.num_ctas * a.num_heads_k;
+        const dim3 grid(static_cast<unsigned>(std::max(1, std::min(items, a.sm_count))));
+        return launch_overlapped(tail, grid, dim3(Shape::kThreads + 32), kTailSmem, stream, a);
+    }
+};
+
 template <int Dtype, int KvDtype, int HeadDim, bool Causal, DecodeShape S, bool QFp8>
 constexpr auto decode_launch() {
     static_assert(KvDtype == Dtype || KvDtype == FAS_DTYPE_E4M3, "caches hold q's type or e4m3");
@@ -264,7 +289,13 @@ constexpr auto decode_launch() {
         constexpr int kRowBlocks = S == kPairStream ? 2 : 1;
         constexpr bool kFine = S == kFineStream;
         constexpr auto kernel = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8, kRowBlocks, kFine>;
-        return DecodeLaunch<decltype(kernel), decode::StreamShape<HeadDim, kBytes, kWide, kRowBlocks, kFine>, true>{kernel};
+        using Shape = decode::StreamShape<HeadDim, kBytes, kWide, kRowBlocks, kFine>;
+        if constexpr ((S == kStream || S == kFineStream) && KvDtype == Dtype) {  // the tail's shapes (plan.cpp)
+            constexpr auto tail = decode::stream_kernel<T, KV, HeadDim, Causal, kWide, QFp8, kRowBlocks, kFine, true>;
+            return TailStreamLaunch<decltype(kernel), Shape>{kernel, tail};
+        } else {
+            return DecodeLaunch<decltype(kernel), Shape, true>{kernel};
+        }
     } else {
         constexpr auto kernel = decode::kernel<T, KV, HeadDim, Causal, S == kLong, QFp8>;
         return DecodeLaunch<decltype(kernel), decode::Shape<HeadDim, S == kLong, kBytes>, false>{kernel};

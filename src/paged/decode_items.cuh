@@ -108,6 +108,130 @@ struct ItemStream {
     }
 };
 
+// The tail. Round-robin over equal items, a launch of n items on g CTAs takes ceil(n / g) rounds
+// while the last round busies only n % g CTAs: on an H200 rows of 66/64 the items (a multiple of
+// its 132 SMs) ran in the same time, ~3% more TB/s. A CTA's rate is its ring's, so the idle SMs'
+// bandwidth is lost, and giving CTAs runs of consecutive items instead cost 2.5-5% (a sequence's
+// KV heads no longer read the same rows together: docs/design/decode-producer.md, "The tail").
+// So the whole rounds stay round-robin and the n % g items after them are cut into pieces: their
+// 16-key boxes (units) are dealt out in equal runs, from the last CTA down (whose round-robin
+// items were the shortest), at most kTailMaxPieces pieces an item and runs of at least two
+// stages. An item cut in several is folded by the CTA that stores its last piece. Only unsplit
+// launches (tail_on): split plans already fill one wave with equal chunks.
+__device__ __forceinline__ bool tail_on(const LaunchArgs& a, int chunk) {
+    return a.tail_counts != nullptr && (!a.split || chunk == kUnsplitChunk);
+}
+// Items walked round-robin: all, or the whole rounds when a tail follows.
+__device__ __forceinline__ int round_robin_items(int items, bool tail) {
+    const int g = gridDim.x, m = items % g;
+    return tail && items > g && m <= kTailMaxItems ? items - m : items;
+}
+// An item's units: boxes from its first to its last key (an item without keys counts one).
+__device__ __forceinline__ int item_units(const Item& w, int box_shift) {
+    return w.kv_end > w.kv_begin ? (w.kv_end - w.first + (1 << box_shift) - 1) >> box_shift : 1;
+}
+
+// The tail's plan in shared memory, made by one warp (plan_tail) and read by every warp: the
+// tail's items described (so that no piece waits for its description's loads), their units'
+// running sum, the run of units per CTA, and this CTA's run [lo, hi) from item x0 on.
+struct TailPlan {
+    int unit, ctas;  // units per CTA; CTAs with tail work: the last `ctas` of the grid
+    int lo, hi, x0;  // this CTA's run (lo == hi: none)
+    int prefix[kTailMaxItems + 1];
+    Item items[kTailMaxItems];
+};
+
+// The tail variant's dynamic shared memory beyond its shape's: the plan, then its mbarrier.
+constexpr int kTailSmemBytes = static_cast<int>(sizeof(TailPlan)) + 16;
+static_assert(sizeof(TailPlan) % 8 == 0, "the mbarrier after the plan is 8-byte aligned");
+
+// The warp's plan of the tail of items [dp, items): every load issued before any is used (two
+// round trips: the rows, then their sequences), then the sums (lane 0 writes the scalars).
+// unit_bytes: K and V bytes of a unit (a box of rows of one KV head).
+constexpr long long kTailMinSavedBytes = 512 * 1024;
+template <int Keys>
+__device__ void plan_tail(const LaunchArgs& a, int dp, int items, int chunk, long long unit_bytes, TailPlan& t,
+                          int lane) {
+    constexpr int kPerLane = kTailMaxItems / 32;
+    const int m = items - dp;
+    ItemRow rows[kPerLane];
+    ItemSeq seqs[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) rows[j] = 32 * j + lane < m ? load_row(a, dp + 32 * j + lane) : ItemRow{};
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) seqs[j] = 32 * j + lane < m ? load_seq(a, rows[j].request) : ItemSeq{};
+    int carry = 0, most = 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+        const int x = 32 * j + lane;
+        int u = 0;
+        if (x < m) {
+            t.items[x] = describe<Keys>(a, dp + x, rows[j], seqs[j], chunk);
+            u = item_units(t.items[x], a.box_shift);
+        }
+        most = max(most, u);
+        int sum = u;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, sum, o);
+            if (lane >= o) sum += v;
+        }
+        if (x < m) t.prefix[x + 1] = carry + sum;
+        carry += __shfl_sync(0xffffffffu, sum, 31);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
+    __syncwarp();
+    if (lane == 0) {
+        const int g = gridDim.x, p = g - 1 - static_cast<int>(blockIdx.x);
+        t.prefix[0] = 0;
+        t.unit = max(max((carry + g - 1) / g, (most + kTailMaxPieces - 2) / (kTailMaxPieces - 1)),
+                     2 * (Keys >> a.box_shift));
+        t.ctas = (carry + t.unit - 1) / t.unit;
+        t.lo = t.hi = t.x0 = 0;
+        // Cut only where it saves a CTA at least kTailMinSavedBytes of the last round's reads (the
+        // longest item against the run): the pieces' folds and the plan cost ~5-8 us a launch.
+        if (static_cast<long long>(most - t.unit) * unit_bytes < kTailMinSavedBytes) {
+            t.unit = carry + 1;  // every item one piece, on the CTA round-robin gives it
+            t.ctas = m;
+            if (static_cast<int>(blockIdx.x) < m) {
+                t.x0 = blockIdx.x;
+                t.lo = t.prefix[blockIdx.x];
+                t.hi = t.prefix[blockIdx.x + 1];
+            }
+        } else if (p < t.ctas) {
+            t.lo = p * t.unit;
+            t.hi = min(t.lo + t.unit, carry);
+            int low = 0, high = m - 1;  // the last item starting at or before lo
+            while (low < high) {
+                const int mid = (low + high + 1) / 2;
+                if (t.prefix[mid] <= t.lo) low = mid; else high = mid - 1;
+            }
+            t.x0 = low;
+        }
+    }
+}
+
+// Whether tail item x has a piece in this CTA's run (x from t.x0 on).
+__device__ __forceinline__ bool in_run(const TailPlan& t, int x, int m) { return x < m && t.prefix[x] < t.hi; }
+
+// Tail item x cut to this CTA's run (num_chunks: the item's pieces; kv_tile: this one's).
+template <int Keys>
+__device__ __forceinline__ Item tail_piece(const TailPlan& t, int x, int box_shift) {
+    Item w = t.items[x];
+    const int begin = t.prefix[x], end = t.prefix[x + 1], from = max(t.lo, begin);
+    w.num_chunks = (end - 1) / t.unit - begin / t.unit + 1;
+    w.kv_tile = from / t.unit - begin / t.unit;
+    if (w.kv_end > w.kv_begin) {
+        const int item_first = w.first;
+        w.first = item_first + ((from - begin) << box_shift);
+        w.kv_begin = max(w.kv_begin, w.first);
+        w.kv_end = min(w.kv_end, item_first + ((min(t.hi, end) - begin) << box_shift));
+        w.iterations = (w.kv_end - w.first + Keys - 1) / Keys;
+    }
+    return w;
+}
+
 // An id group: the page ids of a run of the producer's stages, in one register of each lane: lane
 // j holds the id of box j % B of stage first + j / B of an item (B boxes a stage, 32 / B stages a
 // group). The producer loads an item's next group when it takes one, a group (4 stages of 128 keys

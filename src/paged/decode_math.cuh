@@ -203,7 +203,15 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
 // Where a tile's rows go: out (or the split plan's fp32 partials and their log2 LSE).
 struct TileOutput {
     int request, qo_tile, kv_tile, kv_head, qo_len, group, num_chunks;
+    int tail = -1;  // a stream launch's tail piece (decode_items.cuh): its item; -1: not one
 };
+
+// The row of tail_v (and tail_s) of a tail piece's query `token`, head `head`: [item][piece][the
+// item's 16-row block: 0, or 1 in 32-row tiles][16 rows].
+__device__ __forceinline__ int64_t tail_partial_row(const TileOutput& tile, int chunk, int token, int head) {
+    const int row = token * tile.group + head - tile.kv_head * tile.group - tile.qo_tile * 16;  // of the 16
+    return ((static_cast<int64_t>(tile.tail) * kTailMaxPieces + chunk) * 2 + (tile.qo_tile & 1)) * 16 + row;
+}
 
 // The partial row of chunk 0 of a split tile's query `token` (its chunk c: this + c).
 __device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const TileOutput& tile, int token) {
@@ -217,11 +225,14 @@ __device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const Tile
 template <typename T, int HeadDim>
 __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutput& tile, int token, int head,
                                             int chunk8, const float (&acc)[8], float lse_value) {
-    const bool partial = a.split && tile.num_chunks > 1;
-    const int64_t out_row = partial ? first_partial_row(a, tile, token) + tile.kv_tile : a.q_indptr[tile.request] + token;
-    const int64_t at = (out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
+    const bool tail = tile.tail >= 0 && tile.num_chunks > 1;  // rows of their own (tail_partial_row)
+    const bool partial = tail || (a.split && tile.num_chunks > 1);
+    const int64_t out_row = tail      ? tail_partial_row(tile, tile.kv_tile, token, head)
+                            : partial ? first_partial_row(a, tile, token) + tile.kv_tile
+                                      : a.q_indptr[tile.request] + token;
+    const int64_t at = (tail ? out_row : out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
     if (partial) {
-        float4* to = reinterpret_cast<float4*>(static_cast<float*>(a.tmp_v) + at);
+        float4* to = reinterpret_cast<float4*>((tail ? a.tail_v : static_cast<float*>(a.tmp_v)) + at);
         to[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         to[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     } else {
@@ -231,6 +242,10 @@ __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutpu
         packed8.z = pack<T>(acc[4], acc[5]);
         packed8.w = pack<T>(acc[6], acc[7]);
         *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + at) = packed8;
+    }
+    if (tail) {
+        if (chunk8 == 0) a.tail_s[out_row] = lse_value;
+        return;
     }
     float* lse = partial ? a.tmp_s : a.lse;
     if (chunk8 == 0 && lse != nullptr) lse[out_row * a.num_heads_q + head] = lse_value;
@@ -274,7 +289,7 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
     const int row0 = tile.qo_tile * 16;
     // The sink joins the denominator once per row: in the only chunk, or in a split plan's first
     // (whose LSE carries it into the merge), and only in rows that saw a key.
-    const bool sinks = a.sinks != nullptr && (!a.split || tile.kv_tile == 0);
+    const bool sinks = a.sinks != nullptr && ((!a.split && tile.tail < 0) || tile.kv_tile == 0);
     for (int i = tid; i < 16 * kQChunks; i += 32 * Warps) {
         const int row = i / kQChunks, chunk8 = i % kQChunks;
         const int packed = row0 + row, token = packed / tile.group, head = tile.kv_head * tile.group + packed % tile.group;
@@ -321,11 +336,12 @@ __device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const TileOutp
 template <typename T, int HeadDim, typename Sync>
 __device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutput& tile, int tid, int threads,
                                              int* flag, const Sync& sync) {
-    if (a.fold_counts == nullptr || tile.num_chunks <= 1) return;  // alike for every caller of an item
+    const bool tail = tile.tail >= 0;  // a tail piece's count: one per item and 16-row block
+    if ((!tail && a.fold_counts == nullptr) || tile.num_chunks <= 1) return;  // alike for every caller of an item
     const bool counted = tile.qo_tile * 16 < tile.qo_len * tile.group;  // a tile with rows
     sync();  // every row of this chunk is stored
     if (counted && tid == 0) {
-        int32_t* const count = a.fold_counts + fold_slot(a, tile);
+        int32_t* const count = tail ? a.tail_counts + tile.tail * 2 + (tile.qo_tile & 1) : a.fold_counts + fold_slot(a, tile);
         int arrived;  // release: this CTA's rows (the barrier orders them before it); acquire: the others'
         asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(count) : "memory");
         const bool last = arrived == tile.num_chunks - 1;
@@ -338,8 +354,15 @@ __device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutp
     for (int row = tid / 32; row < 16; row += threads / 32) {
         const int packed = tile.qo_tile * 16 + row, token = packed / tile.group;
         if (token >= tile.qo_len) break;
-        fold_row<T, HeadDim>(a, first_partial_row(a, tile, token), tile.num_chunks, a.q_indptr[tile.request] + token,
-                             tile.kv_head * tile.group + packed % tile.group, lane);
+        if (tail) {
+            const int head = tile.kv_head * tile.group + packed % tile.group;
+            fold_tail_row<T, HeadDim>(a, tail_partial_row(tile, 0, token, head), tail_partial_row(tile, 1, token, head) -
+                                      tail_partial_row(tile, 0, token, head), tile.num_chunks,
+                                      a.q_indptr[tile.request] + token, head, lane);
+        } else {
+            fold_row<T, HeadDim>(a, first_partial_row(a, tile, token), tile.num_chunks, a.q_indptr[tile.request] + token,
+                                 tile.kv_head * tile.group + packed % tile.group, lane);
+        }
     }
 }
 

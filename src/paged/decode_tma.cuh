@@ -97,9 +97,12 @@ __device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
 // after the stage's copies; over contiguous KV (Flat) a row is the sequence's first row,
 // looked up once per item, plus the key. Nothing issued between a slot's release and its copies
 // may delay them (a lookup moved there cost contiguous keys 8-15%; docs/design/decode-producer.md).
-template <typename S, bool Flat>
+// Tail (decode_items.cuh): after its round-robin items, this CTA's pieces of the tail, as
+// planned in `tail` (ready once tail_ready completes); their first id group (or row) looked up
+// ahead like a round-robin item's, tagged items + x.
+template <typename S, bool Flat, bool Tail>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
-                                        int lane) {
+                                        TailPlan* tail, uint64_t* tail_ready, int lane) {
     static_assert(S::kKeys / kMinStreamBox <= 32, "a lane per box");
     const int box = 1 << a.box_shift;
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
@@ -107,12 +110,32 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
     const int items = item_count(a);
     ItemStream<S::kKeys> ahead(a, items, true);
+    const int dp = Tail ? round_robin_items(items, tail_on(a, ahead.chunk)) : items;  // walked round-robin
+    int tail_x = -1;  // the tail's next item (-1: not reached)
+    const auto tail_more = [&] {
+        if constexpr (Tail) {
+            if (dp == items) return false;
+            if (tail_x < 0) {
+                tma::wait(tail_ready, 0);
+                tail_x = tail->x0;
+            }
+            return in_run(*tail, tail_x, items - dp);
+        }
+        return false;
+    };
     StageIds<S::kKeys> ids, next, upcoming;  // id groups: this stage's, the item's next, the next item's first
     struct FirstRow {
         int index = -1, row = 0;
     } next_first;  // contiguous KV: the next item's first row
-    for (int index = blockIdx.x; index < items; index += gridDim.x) {
-        const Item w = ahead.take(a, items);
+    for (int round = blockIdx.x; round < dp || tail_more(); round += gridDim.x) {
+        const bool piece = Tail && round >= dp;
+        const int index = piece ? items + tail_x : round;  // the item's tag
+        const Item w = [&] {
+            if constexpr (Tail) {
+                if (piece) return tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift);
+            }
+            return ahead.take(a, items);
+        }();
         // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
         // first page's id locates all of them; looked up during the item before where it can be.
         const int first_row = !Flat || w.iterations == 0 ? 0
@@ -157,12 +180,19 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
             if (new_id_group && it + (1 << id_shift) < w.iterations) {
                 next.load(a, w, index, it + (1 << id_shift), a.box_shift, page_shift, lane);
             }
-            if (it == next_item_at && ahead.index < items) {
+            if (it == next_item_at && ahead.index < dp) {
                 const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq, ahead.chunk);
                 if constexpr (Flat) {
                     next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
                 } else {
                     upcoming.load(a, n, ahead.index, 0, a.box_shift, page_shift, lane);
+                }
+            } else if (Tail && it == next_item_at && tail_more()) {  // the next piece (tail_x: its item)
+                const Item n = tail_piece<S::kKeys>(*tail, tail_x, a.box_shift);
+                if constexpr (Flat) {
+                    next_first = FirstRow{items + tail_x, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
+                } else {
+                    upcoming.load(a, n, items + tail_x, 0, a.box_shift, page_shift, lane);
                 }
             }
         }
@@ -171,12 +201,17 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
 
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
 // (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
-// consumer warps over the same stages, so that 17-32 rows per sequence read the KV once.
-template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8, int RowBlocks, bool Fine>
-__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBlocks, Fine>::kThreads, 1)
+// consumer warps over the same stages, so that 17-32 rows per sequence read the KV once. Tail:
+// the variant that spreads a launch's leftover items over the CTAs (decode_items.cuh; 16-bit
+// one-block shapes), with a warp more that plans it and kTailSmemBytes more shared memory; a
+// launch without a tail takes the other, whose code is the same as before the tail existed.
+template <typename T, typename KV, int HeadDim, bool Causal, bool Wide, bool QFp8, int RowBlocks, bool Fine,
+          bool Tail = false>
+__global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBlocks, Fine>::kThreads + (Tail ? 32 : 0), 1)
     stream_kernel(const __grid_constant__ LaunchArgs a) {
     using S = StreamShape<HeadDim, static_cast<int>(sizeof(KV)), Wide, RowBlocks, Fine>;
     constexpr bool kFp8 = sizeof(KV) == 1;
+    static_assert(!Tail || (!kFp8 && !Wide && RowBlocks == 1), "the tail: 16-bit one-block shapes");
     constexpr int kRows = 16 * RowBlocks;  // of a query tile
     static_assert(RowBlocks == 1 || (!kFp8 && HeadDim <= 128), "paired blocks: 16-bit caches up to head dim 128");
     constexpr int kConsumers = 32 * S::kConsumerWarps;
@@ -186,23 +221,42 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     __shared__ int fold_flag[RowBlocks];                   // fold_if_last's, per 16-row tile
     uint8_t* const ring = smem;
     uint8_t* const q_smem = smem + S::kRingBytes;
+    TailPlan* const tail = reinterpret_cast<TailPlan*>(smem + S::kSmemBytes);  // Tail only
+    uint64_t* const tail_ready = reinterpret_cast<uint64_t*>(smem + S::kSmemBytes + sizeof(TailPlan));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     if (tid == 0) {
         for (int s = 0; s < S::kStages; ++s) {
             tma::init(&full[s], 1);
             tma::init(&empty[s], S::kConsumerWarps);
         }
+        if constexpr (Tail) tma::init(tail_ready, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+    if constexpr (Tail) {
+        if (warp == S::kConsumerWarps + 1) {  // the tail's planner, then done
+            // Its own warp: made by the producer once its ring was full, the plan's two round
+            // trips waited behind the ring's copies (~5 us each); made by a consumer warp at the
+            // start, it held every consumer ~2.5 us (docs/design/decode-producer.md).
+            const int items = item_count(a);
+            const int chunk = a.split ? a.kv_chunk_size[0] : 0;
+            const int dp = round_robin_items(items, tail_on(a, chunk));
+            if (dp < items) {
+                plan_tail<S::kKeys>(a, dp, items, chunk, 2LL * S::kRowBytes << a.box_shift, *tail, lane);
+                __syncwarp();
+                if (lane == 0) tma::arrive(tail_ready);
+            }
+            return;
+        }
+    }
     if (warp == S::kConsumerWarps) {
         if (a.tma_flat) {
-            produce<S, true>(a, ring, full, empty, lane);
+            produce<S, true, Tail>(a, ring, full, empty, tail, tail_ready, lane);
         } else {
-            produce<S, false>(a, ring, full, empty, lane);
+            produce<S, false, Tail>(a, ring, full, empty, tail, tail_ready, lane);
         }
         return;
     }
@@ -247,14 +301,33 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     const auto take = [&](int index) {
         return kAhead ? ahead.take(a, items) : describe<S::kKeys>(a, index, ahead.chunk);
     };
+    const int dp = Tail ? round_robin_items(items, tail_on(a, ahead.chunk)) : items;  // walked round-robin
+    int tail_x = -1;     // Tail: the tail's next item (-1: not reached)
+    int next_tail = -1;  // Tail: the tail item `next` is a piece of (-1: a round-robin item)
+    bool more = true;    // Tail: whether the next iteration has an item (known with its Q copy)
+    const auto take_piece = [&](Item* w) {  // Tail: this CTA's next tail piece into *w, if any
+        if constexpr (Tail) {
+            if (dp == items) return false;
+            if (tail_x < 0) {
+                tma::wait(tail_ready, 0);
+                tail_x = tail->x0;
+            }
+            if (!in_run(*tail, tail_x, items - dp)) return false;
+            next_tail = tail_x;
+            *w = tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift);
+            return true;
+        }
+        return false;
+    };
     Item next{};
     if (!kFp8 && static_cast<int>(blockIdx.x) < items) {
         next = take(blockIdx.x);
         copy_q(next, q_smem);
     }
     int stage = 0, buffer = 0;
-    for (int index = blockIdx.x; index < items; index += gridDim.x, buffer ^= 1) {
+    for (int index = blockIdx.x; Tail ? more : index < items; index += gridDim.x, buffer ^= 1) {
         const Item w = kFp8 ? take(index) : next;
+        const int w_tail = Tail ? next_tail : -1;  // before the prefetch below replaces next
         uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
         const int row0 = w.qo_tile * kRows;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
@@ -271,10 +344,13 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             if (a.k_descale != nullptr) k_scale = a.k_descale[w.kv_head];
             if (a.v_descale != nullptr) v_scale = a.v_descale[w.kv_head];
         } else {
-            if (index + static_cast<int>(gridDim.x) < items) {  // the other buffer's item is done
+            if (index + static_cast<int>(gridDim.x) < dp) {  // the other buffer's item is done
                 next = take(index + gridDim.x);
                 copy_q(next, q_smem + (buffer ^ 1) * S::kQBytes);
+            } else if (take_piece(&next)) {
+                copy_q(next, q_smem + (buffer ^ 1) * S::kQBytes);
             } else {
+                more = false;
                 flashinfer::cp_async::commit_group();  // an empty group: wait_group<1> below stays right
             }
             flashinfer::cp_async::wait_group<1>();  // this item's Q
@@ -337,8 +413,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
         // Each 16-row block ends as a tile of its own, its warps' states and O in their own part of
         // the scratch (finish_tile's tiles are 16 rows, combined by the warps of one block).
-        const TileOutput tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
-                              w.num_chunks};
+        const TileOutput tile{w.request, w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
+                              w.num_chunks, w_tail};
         const auto sync = [] { tma::consumers_sync<kConsumers>(); };
         if (w.iterations > 0) {
             const int slot = (stage - 1) % S::kStages;
@@ -354,6 +430,16 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         } else {  // no keys (and no landed stage to borrow as scratch)
             finish_empty_tile<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile
+        }
+    }
+    if constexpr (Tail) {  // pieces cut from items of several (at most the first and last): counted, maybe folded
+        for (int k = 0; dp < items && tail_x > tail->x0 && k < 2; ++k) {
+            const int x = k == 0 ? tail->x0 : tail_x - 1;
+            if (k == 1 && x == tail->x0) break;
+            const Item w = tail_piece<S::kKeys>(*tail, x, a.box_shift);
+            const TileOutput tile{w.request, w.qo_tile, w.kv_tile, w.kv_head, w.qo_len, group, w.num_chunks, x};
+            fold_if_last<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices, &fold_flag[block],
+                                     [] { tma::consumers_sync<kConsumers>(); });
         }
     }
     // A split plan's items fit one wave (plan.cpp's choose_chunk; the device update alike), and the

@@ -99,6 +99,45 @@ __device__ __forceinline__ void fold_row(const LaunchArgs& a, int64_t first, int
     if (a.lse != nullptr && lane == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
 }
 
+// The same fold from rows of one head each (a stream launch's tail pieces, decode_items.cuh:
+// tail_v, tail_s), chunk c's row at first + c x stride. A loop of its own: fold_row written
+// over a loader changed the stream kernels' SASS (docs/design/decode-producer.md).
+template <typename T, int HeadDim>
+__device__ __forceinline__ void fold_tail_row(const LaunchArgs& a, int64_t first, int64_t stride, int chunks,
+                                              int64_t row, int head, int lane) {
+    constexpr int kPerLane = HeadDim / 32;
+    float m[kFoldStates], d[kFoldStates], o[kFoldStates][kPerLane];
+#pragma unroll
+    for (int w = 0; w < kFoldStates; ++w) {
+        m[w] = -INFINITY;
+        d[w] = 0.f;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) o[w][e] = 0.f;
+    }
+    for (int c0 = 0; c0 < chunks; c0 += kFoldStates) {
+        float s[kFoldStates], v[kFoldStates][kPerLane];
+#pragma unroll
+        for (int w = 0; w < kFoldStates; ++w) {
+            const bool valid = c0 + w < chunks;
+            const int64_t at = first + (valid ? c0 + w : 0) * stride;
+            s[w] = valid ? __ldcg(a.tail_s + at) : -INFINITY;
+#pragma unroll
+            for (int e = 0; e < kPerLane; ++e) v[w][e] = __ldcg(a.tail_v + at * HeadDim + lane * kPerLane + e);
+        }
+#pragma unroll
+        for (int w = 0; w < kFoldStates; ++w) fold_step(m[w], d[w], o[w], s[w], v[w]);
+    }
+    const auto m_of = [&](int w) { return m[w]; };
+    const float2 total = fold_total(m_of, [&](int w) { return d[w]; });
+    const float inverse = fold_inverse(total.y);
+    T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim + lane * kPerLane;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+        out[e] = static_cast<T>(__fmul_rn(fold_value(total.x, m_of, [&](int w) { return o[w][e]; }), inverse));
+    }
+    if (a.lse != nullptr && lane == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
+}
+
 }  // namespace fas_paged
 
 #endif  // FAS_PAGED_FOLD_CUH

@@ -93,6 +93,15 @@ struct LaunchArgs {
     int box_shift;
     bool tma_flat;
     CUtensorMap k_map, v_map;
+    // Stream shapes, unsplit launches of more work items than CTAs (decode_items.cuh, the tail;
+    // last, so that the fields before keep their offsets in the kernels' parameter space):
+    // the items past the last whole round are cut into pieces spread over the CTAs; a piece of an
+    // item cut in several writes fp32 rows here ([item][piece][tile row] x head_dim, and their log2
+    // LSE), and the CTA that stores an item's last piece folds them into out (an arrival count per
+    // item and 16-row block, zero between runs). NULL: no tail.
+    float* tail_v;
+    float* tail_s;
+    int32_t* tail_counts;
 };
 
 using LaunchFn = cudaError_t (*)(const LaunchArgs&, cudaStream_t);
@@ -184,6 +193,11 @@ constexpr int kv_tile_rows(int head_dim, int tile_q, DecodeShape shape = kShort,
 constexpr int window_start(int kv_len, int qo_len, int window_left) {
     return window_left < 0 || kv_len - qo_len - window_left < 0 ? 0 : kv_len - qo_len - window_left;
 }
+
+// The tail of a stream launch (LaunchArgs::tail_v): at most this many leftover items (fewer than
+// the grid, one CTA per SM) and pieces per item (the decode kernel folds them itself).
+constexpr int kTailMaxItems = 160;  // a multiple of 32, at least the H100's and H200's 132 SMs
+constexpr int kTailMaxPieces = 4;
 
 // Bytes per element of a split plan's partial rows: fp32 from both kernels (launch.cuh).
 constexpr int kPartialElementBytes = 4;

@@ -267,6 +267,20 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const bool fold = kernel->tile_q == 16 && s.chunk > 0 && max_chunks <= kFoldMaxChunks;  // device plans: chunk > 0
     const std::vector<int32_t> fold_counts(
         fold ? static_cast<size_t>(s.partial_rows) * layout.num_heads_k * ceil_div(group, 16) : 0, 0);
+    // The tail's rows (decode_items.cuh): the items past the last whole round of an unsplit stream
+    // launch, fewer than the grid (a device-length plan's updates: any count up to it), each piece's
+    // units (boxes) summed in 32 bits.
+    const int64_t items = num_ctas * layout.num_heads_k, grid = std::min<int64_t>(items, wave(1));
+    const int64_t leftover = device_lengths ? grid - 1 : s.chunk == 0 && items > grid ? items % grid : 0;
+    int64_t longest = 0;
+    for (int i = 0; i < request.batch_size; ++i) {
+        longest = std::max<int64_t>(longest, request.kv_lengths != nullptr ? request.kv_lengths[i]
+                                                                          : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i]);
+    }
+    const bool tail = (shape == kStream || shape == kFineStream) && !fp8_kv && leftover > 0 && leftover <= kTailMaxItems &&
+                      ((longest >> stream_args.box_shift) + 1) * leftover < (int64_t{1} << 30);
+    const int64_t tail_rows = tail ? leftover * kTailMaxPieces * 32 : 0;  // [item][piece][16-row block][16]
+    const std::vector<int32_t> tail_counts(static_cast<size_t>(tail ? leftover * 2 : 0), 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.
     const int64_t out_elements = std::max<int64_t>(layout.total_q, s.partial_rows) * layout.num_heads_q * layout.head_dim;
     const int64_t q_elements = static_cast<int64_t>(layout.total_q) * layout.q_row_stride;
@@ -284,14 +298,16 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const std::vector<int32_t>* arrays[] = {&s.request,  &s.qo_tile,     &s.kv_tile,   &s.q_indptr,
                                             &s.o_indptr, &s.page_indptr, &s.last_page_len, &s.merge_indptr,
                                             &s.page_ids, &chunk_value,   &capacity,    &ctas_value,
-                                            &fold_counts};
+                                            &fold_counts, &tail_counts};
     size_t schedule_bytes = 0;
     for (const auto* values : arrays) schedule_bytes += (values->size() * sizeof(int32_t) + 15) / 16 * 16;
     const size_t element = static_cast<size_t>(kPartialElementBytes);
     const size_t partial_v = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * layout.head_dim * element;
     const size_t partial_s = static_cast<size_t>(s.partial_rows) * layout.num_heads_q * sizeof(float);
     const size_t partial_at = (schedule_bytes + 255) / 256 * 256;
-    const size_t total_bytes = partial_at + partial_v + partial_s;
+    const size_t tail_at = partial_at + (partial_v + partial_s + 255) / 256 * 256;
+    const size_t tail_v = static_cast<size_t>(tail_rows) * layout.head_dim * sizeof(float);
+    const size_t total_bytes = tail_at + tail_v + static_cast<size_t>(tail_rows) * sizeof(float);
     std::string message;
     error = fas::device_block_acquire(total_bytes, schedule_bytes, "paged schedule", &plan->block, &message);
     if (error != cudaSuccess) return fail_cuda(error, message);
@@ -313,6 +329,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const int32_t* capacity_on_device = place(capacity, staging, base, &offset);
     const int32_t* ctas_on_device = place(ctas_value, staging, base, &offset);
     const int32_t* fold_on_device = place(fold_counts, staging, base, &offset);
+    const int32_t* tail_counts_on_device = place(tail_counts, staging, base, &offset);
     error = fas::device_block_upload(plan->block, schedule_bytes, &message);
     if (error == cudaSuccess && device_lengths) {
         // Made once, updated and run in captured graphs: nothing may query the upload's event
@@ -342,6 +359,12 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     a.tmp_s = a.split ? reinterpret_cast<float*>(static_cast<char*>(plan->block->device_memory) + partial_at + partial_v)
                       : nullptr;
     a.fold_counts = fold ? const_cast<int32_t*>(fold_on_device) : nullptr;  // the plan's block
+    if (tail) {
+        char* const tail_memory = static_cast<char*>(plan->block->device_memory) + tail_at;
+        a.tail_v = reinterpret_cast<float*>(tail_memory);
+        a.tail_s = reinterpret_cast<float*>(tail_memory + tail_v);
+        a.tail_counts = const_cast<int32_t*>(tail_counts_on_device);
+    }
     a.first_row = request.cu_seqlens_q[0];
     a.merge_rows = layout.total_q - a.first_row;
     a.sm_count = device.sm_count;
@@ -361,7 +384,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     plan->contiguous_kv = contiguous;
     plan->total_q = layout.total_q;
     plan->total_pages = s.page_indptr.back();
-    plan->kv_splits = a.split ? s.max_chunks : 1;
+    plan->kv_splits = a.split ? s.max_chunks : tail ? kTailMaxPieces : 1;  // the tail's pieces: at most
     plan->ctas_per_sm = ctas_per_sm;
     plan->tile_rows = tile_rows;
     plan->group = layout.num_heads_q / layout.num_heads_k;
