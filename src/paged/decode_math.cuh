@@ -203,18 +203,27 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
 // Where a tile's rows go: out (or the split plan's fp32 partials and their log2 LSE).
 struct TileOutput {
     int request, qo_tile, kv_tile, kv_head, qo_len, group, num_chunks;
-    int tail = -1;  // a stream launch's tail piece (decode_items.cuh): its item; -1: not one
 };
+// A tile of the stream kernel's tail variant (decode_items.cuh): tail, the item it is a piece of
+// (-1: a round-robin item). A type of its own: a field more in TileOutput changed the SASS of the
+// kernels without a tail (docs/design/decode-producer.md).
+struct TailTileOutput {
+    int request, qo_tile, kv_tile, kv_head, qo_len, group, num_chunks;
+    int tail = -1;
+};
+template <typename Tile>
+constexpr bool kTailTile = std::is_same<Tile, TailTileOutput>::value;
 
 // The row of tail_v (and tail_s) of a tail piece's query `token`, head `head`: [item][piece][the
 // item's 16-row block: 0, or 1 in 32-row tiles][16 rows].
-__device__ __forceinline__ int64_t tail_partial_row(const TileOutput& tile, int chunk, int token, int head) {
+__device__ __forceinline__ int64_t tail_partial_row(const TailTileOutput& tile, int chunk, int token, int head) {
     const int row = token * tile.group + head - tile.kv_head * tile.group - tile.qo_tile * 16;  // of the 16
     return ((static_cast<int64_t>(tile.tail) * kTailMaxPieces + chunk) * 2 + (tile.qo_tile & 1)) * 16 + row;
 }
 
 // The partial row of chunk 0 of a split tile's query `token` (its chunk c: this + c).
-__device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const TileOutput& tile, int token) {
+template <typename Tile>
+__device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const Tile& tile, int token) {
     return a.o_indptr[tile.request] + token * tile.num_chunks;  // partial rows stay under 2^31 (plan.cpp)
 }
 
@@ -222,17 +231,24 @@ __device__ __forceinline__ int first_partial_row(const LaunchArgs& a, const Tile
 // and lse, or to a split plan's fp32 partials (the merge rounds once, not once per chunk). A
 // sequence of one chunk writes out itself, in split plans too (merge_decode skips its rows): the
 // same values the merge would round from its one partial, without the round trip.
-template <typename T, int HeadDim>
-__device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutput& tile, int token, int head,
+template <typename T, int HeadDim, typename Tile>
+__device__ __forceinline__ void store_chunk(const LaunchArgs& a, const Tile& tile, int token, int head,
                                             int chunk8, const float (&acc)[8], float lse_value) {
-    const bool tail = tile.tail >= 0 && tile.num_chunks > 1;  // rows of their own (tail_partial_row)
-    const bool partial = tail || (a.split && tile.num_chunks > 1);
-    const int64_t out_row = tail      ? tail_partial_row(tile, tile.kv_tile, token, head)
-                            : partial ? first_partial_row(a, tile, token) + tile.kv_tile
-                                      : a.q_indptr[tile.request] + token;
-    const int64_t at = (tail ? out_row : out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
+    if constexpr (kTailTile<Tile>) {  // a piece of an item cut in several: its own fp32 rows
+        if (tile.tail >= 0 && tile.num_chunks > 1) {
+            const int64_t row = tail_partial_row(tile, tile.kv_tile, token, head);
+            float4* to = reinterpret_cast<float4*>(a.tail_v + row * HeadDim + chunk8 * 8);
+            to[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            to[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            if (chunk8 == 0) a.tail_s[row] = lse_value;
+            return;
+        }
+    }
+    const bool partial = a.split && tile.num_chunks > 1;
+    const int64_t out_row = partial ? first_partial_row(a, tile, token) + tile.kv_tile : a.q_indptr[tile.request] + token;
+    const int64_t at = (out_row * a.num_heads_q + head) * HeadDim + chunk8 * 8;
     if (partial) {
-        float4* to = reinterpret_cast<float4*>((tail ? a.tail_v : static_cast<float*>(a.tmp_v)) + at);
+        float4* to = reinterpret_cast<float4*>(static_cast<float*>(a.tmp_v) + at);
         to[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         to[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     } else {
@@ -243,10 +259,6 @@ __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutpu
         packed8.w = pack<T>(acc[6], acc[7]);
         *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + at) = packed8;
     }
-    if (tail) {
-        if (chunk8 == 0) a.tail_s[out_row] = lse_value;
-        return;
-    }
     float* lse = partial ? a.tmp_s : a.lse;
     if (chunk8 == 0 && lse != nullptr) lse[out_row * a.num_heads_q + head] = lse_value;
 }
@@ -254,9 +266,9 @@ __device__ __forceinline__ void store_chunk(const LaunchArgs& a, const TileOutpu
 // The end of a tile: the Warps' softmax states (state: [warp][16 rows][m, l]) and O (partial:
 // [warp][16 rows][HeadDim] fp32) meet in shared memory, `sync` (a barrier of the Warps) between
 // writing and reading; Threads = 32 x Warps combine them row by row. v_scale: e4m3 V's descale.
-template <typename T, typename KV, int HeadDim, int Warps, typename Sync>
+template <typename T, typename KV, int HeadDim, int Warps, typename Sync, typename Tile>
 __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state, float* partial, const LaunchArgs& a,
-                                            const TileOutput& tile, float v_scale, int tid, const Sync& sync) {
+                                            const Tile& tile, float v_scale, int tid, const Sync& sync) {
     constexpr bool kFp8 = sizeof(KV) == 1;
     constexpr int kQChunks = HeadDim / 8;  // 8-element pieces of an output row
     const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -289,7 +301,8 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
     const int row0 = tile.qo_tile * 16;
     // The sink joins the denominator once per row: in the only chunk, or in a split plan's first
     // (whose LSE carries it into the merge), and only in rows that saw a key.
-    const bool sinks = a.sinks != nullptr && ((!a.split && tile.tail < 0) || tile.kv_tile == 0);
+    bool sinks = a.sinks != nullptr && (!a.split || tile.kv_tile == 0);
+    if constexpr (kTailTile<Tile>) sinks = a.sinks != nullptr && tile.kv_tile == 0;  // a tail piece: the first
     for (int i = tid; i < 16 * kQChunks; i += 32 * Warps) {
         const int row = i / kQChunks, chunk8 = i % kQChunks;
         const int packed = row0 + row, token = packed / tile.group, head = tile.kv_head * tile.group + packed % tile.group;
@@ -321,7 +334,8 @@ __device__ __forceinline__ void finish_tile(WarpState<HeadDim>& st, float* state
 // A split tile's arrival count (LaunchArgs::fold_counts): one per (chunk 0's partial row of the
 // tile's first token, KV head, 16-row part of that token's query heads), which no other tile of
 // the plan shares. The plan sizes the counts by its partial rows x KV heads x parts per token.
-__device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const TileOutput& tile) {
+template <typename Tile>
+__device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const Tile& tile) {
     const int packed = tile.qo_tile * 16, token = packed / tile.group, parts = (tile.group + 15) / 16;
     return (static_cast<int64_t>(first_partial_row(a, tile, token)) * a.num_heads_k + tile.kv_head) * parts +
            (packed % tile.group) / 16;
@@ -333,15 +347,25 @@ __device__ __forceinline__ int64_t fold_slot(const LaunchArgs& a, const TileOutp
 // this (each with its own tile), flag one int of shared memory per tile. Publishing: a barrier,
 // then one thread's count with release and acquire semantics (CUTLASS's semaphores arrive so),
 // then a barrier before the last arriver's reads.
-template <typename T, int HeadDim, typename Sync>
-__device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutput& tile, int tid, int threads,
+// Tail tiles (TailTileOutput) count on tail_counts, one per item and 16-row block, and fold
+// their pieces' rows of tail_v.
+template <typename T, int HeadDim, typename Sync, typename Tile>
+__device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const Tile& tile, int tid, int threads,
                                              int* flag, const Sync& sync) {
-    const bool tail = tile.tail >= 0;  // a tail piece's count: one per item and 16-row block
-    if ((!tail && a.fold_counts == nullptr) || tile.num_chunks <= 1) return;  // alike for every caller of an item
+    if constexpr (kTailTile<Tile>) {
+        if (tile.num_chunks <= 1) return;
+    } else {
+        if (a.fold_counts == nullptr || tile.num_chunks <= 1) return;  // alike for every caller of an item
+    }
     const bool counted = tile.qo_tile * 16 < tile.qo_len * tile.group;  // a tile with rows
     sync();  // every row of this chunk is stored
     if (counted && tid == 0) {
-        int32_t* const count = tail ? a.tail_counts + tile.tail * 2 + (tile.qo_tile & 1) : a.fold_counts + fold_slot(a, tile);
+        int32_t* count;
+        if constexpr (kTailTile<Tile>) {
+            count = a.tail_counts + tile.tail * 2 + (tile.qo_tile & 1);
+        } else {
+            count = a.fold_counts + fold_slot(a, tile);
+        }
         int arrived;  // release: this CTA's rows (the barrier orders them before it); acquire: the others'
         asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(count) : "memory");
         const bool last = arrived == tile.num_chunks - 1;
@@ -354,10 +378,10 @@ __device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutp
     for (int row = tid / 32; row < 16; row += threads / 32) {
         const int packed = tile.qo_tile * 16 + row, token = packed / tile.group;
         if (token >= tile.qo_len) break;
-        if (tail) {
+        if constexpr (kTailTile<Tile>) {
             const int head = tile.kv_head * tile.group + packed % tile.group;
-            fold_tail_row<T, HeadDim>(a, tail_partial_row(tile, 0, token, head), tail_partial_row(tile, 1, token, head) -
-                                      tail_partial_row(tile, 0, token, head), tile.num_chunks,
+            const int64_t first = tail_partial_row(tile, 0, token, head);
+            fold_tail_row<T, HeadDim>(a, first, tail_partial_row(tile, 1, token, head) - first, tile.num_chunks,
                                       a.q_indptr[tile.request] + token, head, lane);
         } else {
             fold_row<T, HeadDim>(a, first_partial_row(a, tile, token), tile.num_chunks, a.q_indptr[tile.request] + token,
@@ -367,8 +391,8 @@ __device__ __forceinline__ void fold_if_last(const LaunchArgs& a, const TileOutp
 }
 
 // A tile whose chunk holds no key: zeros, and an LSE of -inf (Threads threads from tid).
-template <typename T, int HeadDim>
-__device__ __forceinline__ void finish_empty_tile(const LaunchArgs& a, const TileOutput& tile, int tid, int threads) {
+template <typename T, int HeadDim, typename Tile>
+__device__ __forceinline__ void finish_empty_tile(const LaunchArgs& a, const Tile& tile, int tid, int threads) {
     constexpr int kQChunks = HeadDim / 8;
     const float zeros[8] = {};
     for (int i = tid; i < 16 * kQChunks; i += threads) {

@@ -127,15 +127,22 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     struct FirstRow {
         int index = -1, row = 0;
     } next_first;  // contiguous KV: the next item's first row
-    for (int round = blockIdx.x; round < dp || tail_more(); round += gridDim.x) {
+    // Round-robin items, then (Tail) this CTA's pieces, counted into `end` once the tail is
+    // planned, at the last round-robin item. The loop keeps the form it had before the tail: other
+    // forms (a lambda per item, a bound of rounds and pieces) changed the plain kernels' SASS.
+    int end = Tail ? dp : items;
+    for (int round = blockIdx.x; round < end; round += gridDim.x) {
+        if constexpr (Tail) {
+            if (dp < items && round < dp && round + static_cast<int>(gridDim.x) >= dp) {
+                int pieces = 0;
+                while (tail_more()) ++tail_x, ++pieces;  // tail_more() waits for the plan
+                tail_x = tail->x0;
+                end = round + static_cast<int>(gridDim.x) * (1 + pieces);
+            }
+        }
         const bool piece = Tail && round >= dp;
         const int index = piece ? items + tail_x : round;  // the item's tag
-        const Item w = [&] {
-            if constexpr (Tail) {
-                if (piece) return tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift);
-            }
-            return ahead.take(a, items);
-        }();
+        const Item w = piece ? tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift) : ahead.take(a, items);
         // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
         // first page's id locates all of them; looked up during the item before where it can be.
         const int first_row = !Flat || w.iterations == 0 ? 0
@@ -413,8 +420,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
         // Each 16-row block ends as a tile of its own, its warps' states and O in their own part of
         // the scratch (finish_tile's tiles are 16 rows, combined by the warps of one block).
-        const TileOutput tile{w.request, w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
-                              w.num_chunks, w_tail};
+        std::conditional_t<Tail, TailTileOutput, TileOutput> tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile,
+                                                                  w.kv_head, w.qo_len, group, w.num_chunks};
+        if constexpr (Tail) tile.tail = w_tail;
         const auto sync = [] { tma::consumers_sync<kConsumers>(); };
         if (w.iterations > 0) {
             const int slot = (stage - 1) % S::kStages;
@@ -437,7 +445,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             const int x = k == 0 ? tail->x0 : tail_x - 1;
             if (k == 1 && x == tail->x0) break;
             const Item w = tail_piece<S::kKeys>(*tail, x, a.box_shift);
-            const TileOutput tile{w.request, w.qo_tile, w.kv_tile, w.kv_head, w.qo_len, group, w.num_chunks, x};
+            const TailTileOutput tile{w.request, w.qo_tile, w.kv_tile, w.kv_head, w.qo_len, group, w.num_chunks, x};
             fold_if_last<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices, &fold_flag[block],
                                      [] { tma::consumers_sync<kConsumers>(); });
         }
