@@ -32,53 +32,11 @@
 
 #include "paged/decode_items.cuh"
 #include "paged/decode_math.cuh"
+#include "paged/decode_producer.cuh"
 #include "paged/decode_shape.h"
 
 namespace fas_paged {
 namespace decode {
-namespace tma {
-
-__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bar)), "r"(count));
-}
-__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(bar)) : "memory");
-}
-// Until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        " @done bra DONE;\n bra WAIT;\n DONE:\n }\n" ::"r"(smem(bar)),
-        "r"(parity)
-        : "memory");
-}
-// One box of the tensor map at (x, y, z, w) into shared memory, completing on `bar`
-// (tensor_map.h: element, segment, row, page).
-__device__ __forceinline__ void copy(void* dst, const CUtensorMap* map, int x, int y, int z, int w, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-        "[%2];" ::"r"(smem(dst)),
-        "l"(map), "r"(smem(bar)), "r"(x), "r"(y), "r"(z), "r"(w)
-        : "memory");
-}
-// Orders this thread's ordinary shared-memory writes before later copies into the same bytes.
-__device__ __forceinline__ void fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// A barrier of the consumer warps only (the producer never joins).
-template <int Threads>
-__device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(Threads) : "memory");
-}
-// A barrier of the consumer warps that share a key slice (one per 16-row block): barriers 2 on.
-template <int Threads>
-__device__ __forceinline__ void slice_sync(int slice) {
-    asm volatile("bar.sync %0, %1;" ::"r"(2 + slice), "n"(Threads) : "memory");
-}
-
-}  // namespace tma
 
 // Where a stage tile of Keys rows holds 16-byte chunk `chunk` of row `row` (the header's layout).
 template <int RowBytes, int Keys>
@@ -88,121 +46,6 @@ __device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
     } else {
         static_assert(RowBytes == 64, "rows of 64 or a multiple of 128 bytes");
         return static_cast<uint32_t>(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
-    }
-}
-
-// The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
-// box b of a stage (its rows of K, then of V, a copy per segment). Over a paged cache its page id
-// comes from the stage's id group (StageIds), loaded a group ahead, the next group's loads issued
-// after the stage's copies; over contiguous KV (Flat) a row is the sequence's first row,
-// looked up once per item, plus the key. Nothing issued between a slot's release and its copies
-// may delay them (a lookup moved there cost contiguous keys 8-15%; docs/design/decode-producer.md).
-// Tail (decode_items.cuh): after its round-robin items, this CTA's pieces of the tail, as
-// planned in `tail` (ready once tail_ready completes); their first id group (or row) looked up
-// ahead like a round-robin item's, tagged items + x.
-template <typename S, bool Flat, bool Tail>
-__device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
-                                        TailPlan* tail, uint64_t* tail_ready, int lane) {
-    static_assert(S::kKeys / kMinStreamBox <= 32, "a lane per box");
-    const int box = 1 << a.box_shift;
-    const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
-    const int id_shift = 5 - (StageIds<S::kKeys>::kKeysShift - a.box_shift);  // 1 << id_shift: stages of an id group
-    int stage = 0;  // over all items: slot stage % kStages, its use stage / kStages
-    const int items = item_count(a);
-    ItemStream<S::kKeys> ahead(a, items, true);
-    const int dp = Tail ? round_robin_items(items, tail_on(a, ahead.chunk)) : items;  // walked round-robin
-    int tail_x = -1;  // the tail's next item (-1: not reached)
-    const auto tail_more = [&] {
-        if constexpr (Tail) {
-            if (dp == items) return false;
-            if (tail_x < 0) {
-                tma::wait(tail_ready, 0);
-                tail_x = tail->x0;
-            }
-            return in_run(*tail, tail_x, items - dp);
-        }
-        return false;
-    };
-    StageIds<S::kKeys> ids, next, upcoming;  // id groups: this stage's, the item's next, the next item's first
-    struct FirstRow {
-        int index = -1, row = 0;
-    } next_first;  // contiguous KV: the next item's first row
-    // Round-robin items, then (Tail) this CTA's pieces, counted into `end` once the tail is
-    // planned, at the last round-robin item. The loop keeps the form it had before the tail: other
-    // forms (a lambda per item, a bound of rounds and pieces) changed the plain kernels' SASS.
-    int end = Tail ? dp : items;
-    for (int round = blockIdx.x; round < end; round += gridDim.x) {
-        if constexpr (Tail) {
-            if (dp < items && round < dp && round + static_cast<int>(gridDim.x) >= dp) {
-                int pieces = 0;
-                while (tail_more()) ++tail_x, ++pieces;  // tail_more() waits for the plan
-                tail_x = tail->x0;
-                end = round + static_cast<int>(gridDim.x) * (1 + pieces);
-            }
-        }
-        const bool piece = Tail && round >= dp;
-        const int index = piece ? items + tail_x : round;  // the item's tag
-        const Item w = piece ? tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift) : ahead.take(a, items);
-        // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
-        // first page's id locates all of them; looked up during the item before where it can be.
-        const int first_row = !Flat || w.iterations == 0 ? 0
-                              : next_first.index == index ? next_first.row
-                                                          : a.page_indices[w.page_begin] * a.page_size;
-        // The stage after whose copies the next item's first id group (or row) is loaded: a group
-        // before the item's end, once take()'s loads of its description have had two stages to land.
-        const int next_item_at = max(w.iterations - (1 << id_shift), min(2, w.iterations - 1));
-        for (int it = 0; it < w.iterations; ++it, ++stage) {
-            const int slot = stage % S::kStages;
-            const int base = w.first + it * S::kKeys;
-            const int boxes = (min(S::kKeys, w.kv_end - base) + box - 1) / box;
-            const bool new_id_group = !Flat && (it & ((1 << id_shift) - 1)) == 0;
-            if (new_id_group) {
-                if (it == 0 && upcoming.index == index) {
-                    ids = upcoming;
-                } else if (it > 0 && next.index == index && next.first == it) {
-                    ids = next;
-                } else {  // not loaded ahead (a CTA's first item, or one after an item without keys)
-                    ids.load(a, w, index, it, a.box_shift, page_shift, lane);
-                }
-            }
-            const int key = base + lane * box;
-            int row = first_row + key, page = 0;
-            if constexpr (!Flat) {
-                const int page_slot = page_shift >= 0 ? key >> page_shift : key / a.page_size;
-                page = ids.at(it, lane, a.box_shift);
-                row = key - page_slot * a.page_size;
-            }
-            if (stage >= S::kStages) tma::wait(&empty[slot], ((stage / S::kStages) + 1) & 1);
-            if (lane == 0) tma::arrive_expect(&full[slot], 2 * boxes * box * S::kRowBytes);
-            __syncwarp();
-            if (lane < boxes) {
-                uint8_t* const k_box = ring + slot * S::kStageBytes + lane * box * S::kSegBytes;
-#pragma unroll
-                for (int seg = 0; seg < S::kSegs; ++seg) {
-                    uint8_t* const at = k_box + seg * S::kKeys * S::kSegBytes;
-                    tma::copy(at, &a.k_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
-                    tma::copy(at + S::kTileBytes, &a.v_map, 0, w.kv_head * S::kSegs + seg, row, page, &full[slot]);
-                }
-            }
-            if (new_id_group && it + (1 << id_shift) < w.iterations) {
-                next.load(a, w, index, it + (1 << id_shift), a.box_shift, page_shift, lane);
-            }
-            if (it == next_item_at && ahead.index < dp) {
-                const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq, ahead.chunk);
-                if constexpr (Flat) {
-                    next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
-                } else {
-                    upcoming.load(a, n, ahead.index, 0, a.box_shift, page_shift, lane);
-                }
-            } else if (Tail && it == next_item_at && tail_more()) {  // the next piece (tail_x: its item)
-                const Item n = tail_piece<S::kKeys>(*tail, tail_x, a.box_shift);
-                if constexpr (Flat) {
-                    next_first = FirstRow{items + tail_x, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
-                } else {
-                    upcoming.load(a, n, items + tail_x, 0, a.box_shift, page_shift, lane);
-                }
-            }
-        }
     }
 }
 

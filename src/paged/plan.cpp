@@ -163,31 +163,6 @@ int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size) {
     return page;
 }
 
-// Rows per TMA copy of the stream shape (paged.h), so that no copy crosses a page; 0 when the
-// pages take none.
-int stream_box_rows(bool contiguous, int page_size) {
-    if (contiguous || page_size % kStreamBoxRows == 0) return kStreamBoxRows;
-    return page_size % kMinStreamBox == 0 ? kMinStreamBox : 0;
-}
-
-// The stream shape's tensor maps of a plan's caches (addresses come with each run); false with
-// *why when the TMA engine cannot address them.
-bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request, int box_rows,
-                 LaunchArgs* a, std::string* why) {
-    const bool flat = request.cu_seqlens_k != nullptr;
-    const int64_t rows = flat ? request.cu_seqlens_k[request.batch_size] : request.page_size;
-    CacheGeometry g{kernel->kv_dtype == FAS_DTYPE_E4M3 ? 1 : 2, layout.head_dim, layout.num_heads_k,
-                    std::max<int64_t>(rows, 1), flat ? 1 : request.num_pages, layout.k_row_stride,
-                    request.k_page_stride, box_rows};
-    if (!encode_cache_map(g, &a->k_map, why)) return false;
-    g.row_stride = layout.v_row_stride;
-    g.page_stride = request.v_page_stride;
-    if (!encode_cache_map(g, &a->v_map, why)) return false;
-    a->tma_flat = flat;
-    a->box_shift = __builtin_ctz(static_cast<unsigned>(box_rows));
-    return true;
-}
-
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
     int short_ctas = 0, long_ctas = 0, stream_ctas = 0, wide_ctas = 0, pair_ctas = 0, fine_ctas = 0;  // per SM; 0: none

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "paged/paged.h"
+
 namespace fas_paged {
 
 struct CacheGeometry {
@@ -37,6 +39,14 @@ struct CacheGeometry {
 bool encode_cache_map(const CacheGeometry& geometry, CUtensorMap* map, std::string* why);
 // The plan's map with a run's cache address.
 bool replace_address(CUtensorMap* map, const void* cache, std::string* why);
+
+// Rows per TMA copy of the stream shape (paged.h), so that no copy crosses a page; 0 when the
+// pages take none.
+int stream_box_rows(bool contiguous, int page_size);
+// The stream shape's tensor maps of a plan's caches (addresses come with each run) into *a; false
+// with *why when the TMA engine cannot address them.
+bool stream_maps(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request, int box_rows,
+                 LaunchArgs* a, std::string* why);
 
 }  // namespace fas_paged
 
