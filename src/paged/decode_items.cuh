@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "paged/paged.h"
+#include "paged/tail.h"
 
 namespace fas_paged {
 namespace decode {
@@ -128,7 +129,7 @@ __device__ __forceinline__ int round_robin_items(int items, bool tail) {
 }
 // An item's units: boxes from its first to its last key (an item without keys counts one).
 __device__ __forceinline__ int item_units(const Item& w, int box_shift) {
-    return w.kv_end > w.kv_begin ? (w.kv_end - w.first + (1 << box_shift) - 1) >> box_shift : 1;
+    return tail_item_units(w.kv_begin, w.kv_end, box_shift);  // w.first: kv_begin's box (describe)
 }
 
 // The tail's plan in shared memory, made by one warp (plan_tail) and read by every warp: the
@@ -148,7 +149,6 @@ static_assert(sizeof(TailPlan) % 8 == 0, "the mbarrier after the plan is 8-byte 
 // The warp's plan of the tail of items [dp, items): every load issued before any is used (two
 // round trips: the rows, then their sequences), then the sums (lane 0 writes the scalars).
 // unit_bytes: K and V bytes of a unit (a box of rows of one KV head).
-constexpr long long kTailMinSavedBytes = 512 * 1024;
 template <int Keys>
 __device__ void plan_tail(const LaunchArgs& a, int dp, int items, int chunk, long long unit_bytes, TailPlan& t,
                           int lane) {
@@ -185,13 +185,10 @@ __device__ void plan_tail(const LaunchArgs& a, int dp, int items, int chunk, lon
     if (lane == 0) {
         const int g = gridDim.x, p = g - 1 - static_cast<int>(blockIdx.x);
         t.prefix[0] = 0;
-        t.unit = max(max((carry + g - 1) / g, (most + kTailMaxPieces - 2) / (kTailMaxPieces - 1)),
-                     2 * (Keys >> a.box_shift));
+        t.unit = tail_unit(carry, g, most, Keys >> a.box_shift);
         t.ctas = (carry + t.unit - 1) / t.unit;
         t.lo = t.hi = t.x0 = 0;
-        // Cut only where it saves a CTA at least kTailMinSavedBytes of the last round's reads (the
-        // longest item against the run): the pieces' folds and the plan cost ~5-8 us a launch.
-        if (static_cast<long long>(most - t.unit) * unit_bytes < kTailMinSavedBytes) {
+        if (!tail_cuts(most, t.unit, unit_bytes)) {  // tail.h (a host plan would hold no tail then)
             t.unit = carry + 1;  // every item one piece, on the CTA round-robin gives it
             t.ctas = m;
             if (static_cast<int>(blockIdx.x) < m) {

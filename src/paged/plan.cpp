@@ -11,6 +11,7 @@
 #include "core/lse.h"
 #include "core/status.h"
 #include "paged/paged.h"
+#include "paged/tail.h"
 #include "paged/tensor_map.h"
 
 namespace fas_paged {
@@ -252,8 +253,12 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
         longest = std::max<int64_t>(longest, request.kv_lengths != nullptr ? request.kv_lengths[i]
                                                                           : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i]);
     }
+    const int box_shift = stream_args.box_shift;
     const bool tail = (shape == kStream || shape == kFineStream) && !fp8_kv && leftover > 0 && leftover <= kTailMaxItems &&
-                      ((longest >> stream_args.box_shift) + 1) * leftover < (int64_t{1} << 30);
+                      ((longest >> box_shift) + 1) * leftover < (int64_t{1} << 30) &&
+                      (device_lengths || host_tail_cuts(request, layout.window_left, s.request, layout.num_heads_k,
+                                                        items - leftover, items, static_cast<int>(grid), box_shift,
+                                                        kv_tile_rows(layout.head_dim, 16, shape), 4LL * layout.head_dim << box_shift));
     const int64_t tail_rows = tail ? leftover * kTailMaxPieces * 32 : 0;  // [item][piece][16-row block][16]
     const std::vector<int32_t> tail_counts(static_cast<size_t>(tail ? leftover * 2 : 0), 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.

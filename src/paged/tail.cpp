@@ -1,0 +1,24 @@
+// The host planner's side of the tail (tail.h): the same units and run as the kernel's plan.
+#include "paged/tail.h"
+
+#include <algorithm>
+
+namespace fas_paged {
+
+bool host_tail_cuts(const PlanRequest& request, int window_left, const std::vector<int32_t>& rows, int num_heads_k,
+                    int64_t dp, int64_t items, int grid, int box_shift, int stage_keys, long long unit_bytes) {
+    long long units = 0;
+    int most = 0;
+    for (int64_t index = dp; index < items; ++index) {  // a sequence's KV heads alike
+        const int i = rows[static_cast<size_t>(index / num_heads_k)];
+        const int kv_len = request.kv_lengths != nullptr ? request.kv_lengths[i]
+                                                         : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
+        const int qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
+        const int u = tail_item_units(window_start(kv_len, qo_len, window_left), kv_len, box_shift);
+        units += u;
+        most = std::max(most, u);
+    }
+    return tail_cuts(most, tail_unit(units, grid, most, stage_keys >> box_shift), unit_bytes);
+}
+
+}  // namespace fas_paged
