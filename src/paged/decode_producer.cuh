@@ -93,19 +93,12 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
     struct FirstRow {
         int index = -1, row = 0;
     } next_first;  // contiguous KV: the next item's first row
-    // Round-robin items, then (Tail) this CTA's pieces, counted into `end` once the tail is
-    // planned, at the last round-robin item. The loop keeps the form it had before the tail: other
-    // forms (a lambda per item, a bound of rounds and pieces) changed the plain kernels' SASS.
+    // Round-robin items, then (Tail) this CTA's pieces, counted into `end` after the last
+    // round-robin item's copies (before them, a CTA of one such item would wait for the plan to
+    // start). The loop keeps the form it had before the tail: other forms (a lambda per item, a
+    // bound of rounds and pieces) changed the plain kernels' SASS.
     int end = Tail ? dp : items;
     for (int round = blockIdx.x; round < end; round += gridDim.x) {
-        if constexpr (Tail) {
-            if (dp < items && round < dp && round + static_cast<int>(gridDim.x) >= dp) {
-                int pieces = 0;
-                while (tail_more()) ++tail_x, ++pieces;  // tail_more() waits for the plan
-                tail_x = tail->x0;
-                end = round + static_cast<int>(gridDim.x) * (1 + pieces);
-            }
-        }
         const bool piece = Tail && round >= dp;
         const int index = piece ? items + tail_x : round;  // the item's tag
         const Item w = piece ? tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift) : ahead.take(a, items);
@@ -167,6 +160,14 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
                 } else {
                     upcoming.load(a, n, items + tail_x, 0, a.box_shift, page_shift, lane);
                 }
+            }
+        }
+        if constexpr (Tail) {  // after the last round-robin item's copies: its tail pieces join the loop
+            if (dp < items && round < dp && round + static_cast<int>(gridDim.x) >= dp) {
+                int pieces = 0;
+                while (tail_more()) ++tail_x, ++pieces;  // tail_more() waits for the plan
+                tail_x = tail->x0;
+                end = round + static_cast<int>(gridDim.x) * (1 + pieces);
             }
         }
     }
