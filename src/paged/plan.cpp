@@ -233,6 +233,11 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     std::vector<int32_t> capacity;
     const int32_t planned_ctas = static_cast<int32_t>(s.request.size());
     const int max_chunks = s.max_chunks;  // before the widening: the capacity's own split
+    // Whether the plan takes the tail variant (tail.h): a device-length plan by its capacity's items.
+    const int box_shift = stream_args.box_shift;
+    const bool cuts = (shape == kStream || shape == kFineStream) && !fp8_kv &&
+                      host_tail_cuts(request, layout.window_left, s.request, layout.num_heads_k, s.chunk, wave(1),
+                                     box_shift, kv_tile_rows(layout.head_dim, 16, shape), 4LL * layout.head_dim << box_shift);
     if (device_lengths) widen_for_updates(layout, request, tile_rows, wave(ctas_per_sm), &s, &capacity);
     const int64_t num_ctas = static_cast<int64_t>(s.request.size());
     // Split decode plans fold in the kernel (fold.cuh) where a tile holds at most kFoldMaxChunks
@@ -243,9 +248,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const bool fold = kernel->tile_q == 16 && s.chunk > 0 && max_chunks <= kFoldMaxChunks;  // device plans: chunk > 0
     const std::vector<int32_t> fold_counts(
         fold ? static_cast<size_t>(s.partial_rows) * layout.num_heads_k * ceil_div(group, 16) : 0, 0);
-    // The tail's rows (decode_items.cuh): the items past the last whole round of an unsplit stream
-    // launch, fewer than the grid (a device-length plan's updates: any count up to it), each piece's
-    // units (boxes) summed in 32 bits.
+    // The tail's rows (decode_items.cuh): fewer items than the grid (a device-length plan's updates:
+    // any count up to it), each piece's units (boxes) summed in 32 bits.
     const int64_t items = num_ctas * layout.num_heads_k, grid = std::min<int64_t>(items, wave(1));
     const int64_t leftover = device_lengths ? grid - 1 : s.chunk == 0 && items > grid ? items % grid : 0;
     int64_t longest = 0;
@@ -253,12 +257,8 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
         longest = std::max<int64_t>(longest, request.kv_lengths != nullptr ? request.kv_lengths[i]
                                                                           : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i]);
     }
-    const int box_shift = stream_args.box_shift;
-    const bool tail = (shape == kStream || shape == kFineStream) && !fp8_kv && leftover > 0 && leftover <= kTailMaxItems &&
-                      ((longest >> box_shift) + 1) * leftover < (int64_t{1} << 30) &&
-                      (device_lengths || host_tail_cuts(request, layout.window_left, s.request, layout.num_heads_k,
-                                                        items - leftover, items, static_cast<int>(grid), box_shift,
-                                                        kv_tile_rows(layout.head_dim, 16, shape), 4LL * layout.head_dim << box_shift));
+    const bool tail = cuts && leftover > 0 && leftover <= kTailMaxItems &&
+                      ((longest >> box_shift) + 1) * leftover < (int64_t{1} << 30);
     const int64_t tail_rows = tail ? leftover * kTailMaxPieces * 32 : 0;  // [item][piece][16-row block][16]
     const std::vector<int32_t> tail_counts(static_cast<size_t>(tail ? leftover * 2 : 0), 0);
     // The kernel addresses out, the partial buffers and q with 32-bit products.

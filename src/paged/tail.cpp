@@ -6,7 +6,10 @@
 namespace fas_paged {
 
 bool host_tail_cuts(const PlanRequest& request, int window_left, const std::vector<int32_t>& rows, int num_heads_k,
-                    int64_t dp, int64_t items, int grid, int box_shift, int stage_keys, long long unit_bytes) {
+                    int32_t chunk, int64_t wave, int box_shift, int stage_keys, long long unit_bytes) {
+    const int64_t items = static_cast<int64_t>(rows.size()) * num_heads_k, grid = std::min(items, wave);
+    const int64_t dp = chunk == 0 && items > grid ? items - items % grid : items;
+    if (dp == items || items - dp > kTailMaxItems) return false;
     long long units = 0;
     int most = 0;
     for (int64_t index = dp; index < items; ++index) {  // a sequence's KV heads alike
@@ -18,7 +21,7 @@ bool host_tail_cuts(const PlanRequest& request, int window_left, const std::vect
         units += u;
         most = std::max(most, u);
     }
-    return tail_cuts(most, tail_unit(units, grid, most, stage_keys >> box_shift), unit_bytes);
+    return tail_cuts(most, tail_unit(units, static_cast<int>(grid), most, stage_keys >> box_shift), unit_bytes);
 }
 
 }  // namespace fas_paged

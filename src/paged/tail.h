@@ -34,11 +34,13 @@ __host__ __device__ inline bool tail_cuts(int most, int unit, long long unit_byt
     return static_cast<long long>(most - unit) * unit_bytes >= kTailMinSavedBytes;
 }
 
-// A host plan's choice (plan.cpp): whether the leftover items of its unsplit stream launch (items
-// [dp, items) of `rows`' schedule, KV heads fastest) would be cut; if not, the plan holds no tail
-// buffers and launches the kernel without a tail.
+// A plan's choice (plan.cpp): whether an unsplit stream launch of `rows`' schedule (num_heads_k
+// items a row, KV heads fastest, on min(items, wave) CTAs) leaves items past its whole rounds that
+// the kernel would cut. If not, the plan holds no tail buffers and launches the kernel without a
+// tail. A device-length plan asks it of its capacity's schedule: on an H200 the variant cost rows
+// it did not cut 2-5% (docs/design/decode-producer.md, "The tail as a variant").
 bool host_tail_cuts(const PlanRequest& request, int window_left, const std::vector<int32_t>& rows, int num_heads_k,
-                    int64_t dp, int64_t items, int grid, int box_shift, int stage_keys, long long unit_bytes);
+                    int32_t chunk, int64_t wave, int box_shift, int stage_keys, long long unit_bytes);
 
 }  // namespace fas_paged
 
