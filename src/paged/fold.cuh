@@ -64,6 +64,33 @@ __device__ __forceinline__ void load_partial(const LaunchArgs& a, int64_t c, int
     for (int e = 0; e < K; ++e) v[e] = __ldcg(from + e);
 }
 
+// A fold's running states, empty (fold_row, fold_tail_row).
+template <int K>
+__device__ __forceinline__ void fold_begin(float (&m)[kFoldStates], float (&d)[kFoldStates], float (&o)[kFoldStates][K]) {
+#pragma unroll
+    for (int w = 0; w < kFoldStates; ++w) {
+        m[w] = -INFINITY;
+        d[w] = 0.f;
+#pragma unroll
+        for (int e = 0; e < K; ++e) o[w][e] = 0.f;
+    }
+}
+// The folded states into row `row` of out, head `head` (and its log2 LSE where asked).
+template <typename T, int HeadDim, int K>
+__device__ __forceinline__ void fold_store(const LaunchArgs& a, int64_t row, int head, int lane,
+                                           const float (&m)[kFoldStates], const float (&d)[kFoldStates],
+                                           const float (&o)[kFoldStates][K]) {
+    const auto m_of = [&](int w) { return m[w]; };
+    const float2 total = fold_total(m_of, [&](int w) { return d[w]; });
+    const float inverse = fold_inverse(total.y);
+    T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim + lane * K;
+#pragma unroll
+    for (int e = 0; e < K; ++e) {
+        out[e] = static_cast<T>(__fmul_rn(fold_value(total.x, m_of, [&](int w) { return o[w][e]; }), inverse));
+    }
+    if (a.lse != nullptr && lane == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
+}
+
 // One warp folds row `row` of out, head `head`, from its chunks' partial rows first .. first +
 // chunks - 1 (a.tmp_v / a.tmp_s), after the caller's acquire.
 template <typename T, int HeadDim>
@@ -71,13 +98,7 @@ __device__ __forceinline__ void fold_row(const LaunchArgs& a, int64_t first, int
                                          int lane) {
     constexpr int kPerLane = HeadDim / 32;
     float m[kFoldStates], d[kFoldStates], o[kFoldStates][kPerLane];
-#pragma unroll
-    for (int w = 0; w < kFoldStates; ++w) {
-        m[w] = -INFINITY;
-        d[w] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kPerLane; ++e) o[w][e] = 0.f;
-    }
+    fold_begin(m, d, o);
     for (int c0 = 0; c0 < chunks; c0 += kFoldStates) {
         float s[kFoldStates], v[kFoldStates][kPerLane];
 #pragma unroll
@@ -88,15 +109,7 @@ __device__ __forceinline__ void fold_row(const LaunchArgs& a, int64_t first, int
 #pragma unroll
         for (int w = 0; w < kFoldStates; ++w) fold_step(m[w], d[w], o[w], s[w], v[w]);
     }
-    const auto m_of = [&](int w) { return m[w]; };
-    const float2 total = fold_total(m_of, [&](int w) { return d[w]; });
-    const float inverse = fold_inverse(total.y);
-    T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim + lane * kPerLane;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-        out[e] = static_cast<T>(__fmul_rn(fold_value(total.x, m_of, [&](int w) { return o[w][e]; }), inverse));
-    }
-    if (a.lse != nullptr && lane == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
+    fold_store<T, HeadDim>(a, row, head, lane, m, d, o);
 }
 
 // The same fold from rows of one head each (a stream launch's tail pieces, decode_items.cuh:
@@ -107,13 +120,7 @@ __device__ __forceinline__ void fold_tail_row(const LaunchArgs& a, int64_t first
                                               int64_t row, int head, int lane) {
     constexpr int kPerLane = HeadDim / 32;
     float m[kFoldStates], d[kFoldStates], o[kFoldStates][kPerLane];
-#pragma unroll
-    for (int w = 0; w < kFoldStates; ++w) {
-        m[w] = -INFINITY;
-        d[w] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kPerLane; ++e) o[w][e] = 0.f;
-    }
+    fold_begin(m, d, o);
     for (int c0 = 0; c0 < chunks; c0 += kFoldStates) {
         float s[kFoldStates], v[kFoldStates][kPerLane];
 #pragma unroll
@@ -127,15 +134,7 @@ __device__ __forceinline__ void fold_tail_row(const LaunchArgs& a, int64_t first
 #pragma unroll
         for (int w = 0; w < kFoldStates; ++w) fold_step(m[w], d[w], o[w], s[w], v[w]);
     }
-    const auto m_of = [&](int w) { return m[w]; };
-    const float2 total = fold_total(m_of, [&](int w) { return d[w]; });
-    const float inverse = fold_inverse(total.y);
-    T* out = static_cast<T*>(a.out) + (row * a.num_heads_q + head) * HeadDim + lane * kPerLane;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-        out[e] = static_cast<T>(__fmul_rn(fold_value(total.x, m_of, [&](int w) { return o[w][e]; }), inverse));
-    }
-    if (a.lse != nullptr && lane == 0) a.lse[row * a.num_heads_q + head] = fold_lse(total.x, total.y);
+    fold_store<T, HeadDim>(a, row, head, lane, m, d, o);
 }
 
 }  // namespace fas_paged
