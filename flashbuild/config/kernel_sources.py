@@ -69,8 +69,10 @@ def fa2_attention_kernels(tu) -> int:
 
 
 def fa2_split_kernels(tu) -> int:
-    """The attention kernels, then the combine kernel for 7 split bounds, with an even head dim or not."""
-    return fa2_attention_kernels(tu) + 7 * 2
+    """The attention kernels without a window or softcap (src/fa2/split_launch.cuh: one, two with
+    even tiles where the head dim is even and at most 128), then the combine kernel for 7 split
+    bounds, with an even head dim or not."""
+    return 1 + (2 if tu.head_dim <= 128 else 1) + 7 * 2
 
 
 def _fa2_source(tu, what: str, include: str, body: list[str]) -> str:

@@ -32,13 +32,14 @@ void run_fwd(FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stream) {
     using Traits = ::Flash_fwd_kernel_traits<HeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kWarps, false, false, Element>;
     const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const dim3 grid(m_blocks, params.b, params.h);
-    launch_detail::with_variant<Traits, HeadDim, Causal>(params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
-        launch_detail::launch_attention<Traits>(
-            &FLASH_NAMESPACE::flash_fwd_kernel<Traits, /*Is_dropout=*/false, Causal, decltype(local)::value,
-                                               /*Has_alibi=*/false, decltype(even_mn)::value, decltype(even_k)::value,
-                                               decltype(softcap)::value, /*Return_softmax=*/false>,
-            grid, params, stream);
-    });
+    launch_detail::with_variant<Traits, HeadDim, Causal, /*Masks=*/true>(
+        params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
+            launch_detail::launch_attention<Traits>(
+                &FLASH_NAMESPACE::flash_fwd_kernel<Traits, /*Is_dropout=*/false, Causal, decltype(local)::value,
+                                                   /*Has_alibi=*/false, decltype(even_mn)::value, decltype(even_k)::value,
+                                                   decltype(softcap)::value, /*Return_softmax=*/false>,
+                grid, params, stream);
+        });
 }
 
 }  // namespace fas_fa2

@@ -113,8 +113,10 @@ void plan_launch(const fas::Layout& layout, bool lse_given, const Kernel* plain_
     const Kernel* split_kernel =
         layout.varlen ? nullptr : find_split_kernel(layout.dtype, plain_kernel->head_dim, plain_kernel->causal);
     const int64_t batch_heads = static_cast<int64_t>(layout.batch_size) * layout.num_heads_q;
-    // The split kernel puts batch * heads on grid z.
-    if (split_kernel != nullptr && batch_heads <= fas::kMaxGridDimYZ) {
+    // The split kernel puts batch * heads on grid z, and is compiled without windows or softcap
+    // (split_launch.cuh: fas_fwd, its only caller, sets neither; plans never split).
+    const bool masks = fas::has_local_window(layout) || layout.softcap > 0.f;
+    if (split_kernel != nullptr && batch_heads <= fas::kMaxGridDimYZ && !masks) {
         const int block_n = split_block_n(split_kernel->head_dim);
         const int num_n_blocks = (layout.max_seqlen_k + block_n - 1) / block_n;
         const int num_m_blocks = (layout.max_seqlen_q + kSplitBlockM - 1) / kSplitBlockM;

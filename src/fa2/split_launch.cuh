@@ -3,9 +3,9 @@
 // combination of its runtime switches, among them the unsplit kernel and the in-kernel KV append
 // (Append_KV), neither of which this library dispatches: fa2/plan.cpp picks the split kernel only
 // with num_splits > 1, and no plan passes new keys. Here those two are fixed (Split on, Append_KV
-// off, ALiBi off as the build defines), the switches a plan can still set are dispatched at run
-// time (even tiles, even head dim, a local window, softcap), and the combine kernel is picked by
-// the split count. The kernels and their launch geometry are FA2's, from the pinned headers; the
+// off, ALiBi off as the build defines), so are a local window and softcap (fas_fwd, the only
+// caller that splits, sets neither; plan.cpp splits nothing else), the tiles' evenness and the
+// head dim's are dispatched at run time, and the combine kernel is picked by the split count. The kernels and their launch geometry are FA2's, from the pinned headers; the
 // kernels compiled here are the same code as before (docs/design/build-measurements.md).
 // Included by the fa2_fwd_split kernel TUs only (flashbuild/config/families.py).
 #ifndef FAS_FA2_SPLIT_LAUNCH_CUH
@@ -56,13 +56,14 @@ void run_split(FLASH_NAMESPACE::Flash_fwd_params& params, cudaStream_t stream) {
     using Traits = ::Flash_fwd_kernel_traits<HeadDim, kSplitBlockM, split_block_n(HeadDim), 4, false, false, Element>;
     const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const dim3 grid(m_blocks, params.num_splits, params.b * params.h);
-    launch_detail::with_variant<Traits, HeadDim, Causal>(params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
-        launch_detail::launch_attention<Traits>(
-            &FLASH_NAMESPACE::flash_fwd_splitkv_kernel<Traits, Causal, decltype(local)::value, /*Has_alibi=*/false,
-                                                       decltype(even_mn)::value, decltype(even_k)::value,
-                                                       decltype(softcap)::value, /*Split=*/true, /*Append_KV=*/false>,
-            grid, params, stream);
-    });
+    launch_detail::with_variant<Traits, HeadDim, Causal, /*Masks=*/false>(
+        params, [&](auto even_mn, auto even_k, auto local, auto softcap) {
+            launch_detail::launch_attention<Traits>(
+                &FLASH_NAMESPACE::flash_fwd_splitkv_kernel<Traits, Causal, decltype(local)::value, /*Has_alibi=*/false,
+                                                           decltype(even_mn)::value, decltype(even_k)::value,
+                                                           decltype(softcap)::value, /*Split=*/true, /*Append_KV=*/false>,
+                grid, params, stream);
+        });
     // Rows of the combine per CTA: as few as keep each thread's loads whole.
     constexpr int kCombineRows = HeadDim % 128 == 0 ? 4 : HeadDim % 64 == 0 ? 8 : 16;
     const dim3 combine_grid((params.b * params.h * params.seqlen_q + kCombineRows - 1) / kCombineRows);

@@ -22,11 +22,23 @@ void with_flag(bool value, const Fn& fn) {
     }
 }
 
+// with_flag where Compiled, else fn(std::false_type{}): a switch no caller of a launch can set
+// compiles no branch for it.
+template <bool Compiled, typename Fn>
+void with_flag_if(bool value, const Fn& fn) {
+    if constexpr (Compiled) {
+        with_flag(value, fn);
+    } else {
+        fn(std::false_type{});
+    }
+}
+
 // fn(even_mn, even_k, local, softcap), each a std::bool_constant: the variant of an FA2 attention
 // kernel with Traits' tiles that a plan's params select, with FA2's own reductions of the set (an
 // uneven head dim or a window takes the uneven-tile code, and so does every head dim over 128; a
-// causal plan has no window). The forward and split-KV launches dispatch through it alike.
-template <typename Traits, int HeadDim, bool Causal, typename Fn>
+// causal plan has no window). The forward and split-KV launches dispatch through it alike; Masks
+// false (the split-KV launch: fas_fwd sets neither, fa2/plan.cpp) compiles no window or softcap.
+template <typename Traits, int HeadDim, bool Causal, bool Masks, typename Fn>
 void with_variant(const FLASH_NAMESPACE::Flash_fwd_params& params, const Fn& fn) {
     const bool even_mn = params.cu_seqlens_q == nullptr && params.cu_seqlens_k == nullptr &&
                          params.seqlen_k % Traits::kBlockN == 0 && params.seqlen_q % Traits::kBlockM == 0;
@@ -34,8 +46,8 @@ void with_variant(const FLASH_NAMESPACE::Flash_fwd_params& params, const Fn& fn)
     const bool local = (params.window_size_left >= 0 || params.window_size_right >= 0) && !Causal;
     with_flag(even_mn, [&](auto even_mn_flag) {
         with_flag(even_k, [&](auto even_k_flag) {
-            with_flag(local, [&](auto local_flag) {
-                with_flag(params.softcap > 0.f, [&](auto softcap_flag) {
+            with_flag_if<Masks>(local, [&](auto local_flag) {
+                with_flag_if<Masks>(params.softcap > 0.f, [&](auto softcap_flag) {
                     constexpr bool kEvenK = decltype(even_k_flag)::value;
                     constexpr bool kLocal = decltype(local_flag)::value;
                     constexpr bool kEvenMN = decltype(even_mn_flag)::value && kEvenK && !kLocal && HeadDim <= 128;
