@@ -252,6 +252,10 @@ struct PlanRequest {
     int64_t k_page_stride, v_page_stride;  // elements (resolved)
     int table_stride = 0;  // > 0: a device-length plan
 };
+// Sequence i's keys: its length in the paged cache, or its rows of contiguous KV.
+inline int32_t kv_length(const PlanRequest& request, int i) {
+    return request.kv_lengths != nullptr ? request.kv_lengths[i] : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
+}
 
 // Device-length plans (fas_plan_update): the host schedule's rules, run on the device
 // (device_plan.cu) into the plan's arrays from a step's KV lengths. At most kMaxDeviceBatch

@@ -65,8 +65,7 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
     std::vector<int32_t> kv_len(batch), span(batch);  // span: the keys a window leaves (all without one)
     std::vector<int64_t> qo_tiles(batch);
     for (int i = 0; i < batch; ++i) {
-        kv_len[i] = request.kv_lengths != nullptr ? request.kv_lengths[i]
-                                                  : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
+        kv_len[i] = kv_length(request, i);
         const int32_t qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
         qo_tiles[i] = ceil_div(int64_t{qo_len} * group, tile_q);
         span[i] = kv_len[i] - window_start(kv_len[i], qo_len, layout.window_left);
@@ -253,10 +252,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     const int64_t items = num_ctas * layout.num_heads_k, grid = std::min<int64_t>(items, wave(1));
     const int64_t leftover = device_lengths ? grid - 1 : s.chunk == 0 && items > grid ? items % grid : 0;
     int64_t longest = 0;
-    for (int i = 0; i < request.batch_size; ++i) {
-        longest = std::max<int64_t>(longest, request.kv_lengths != nullptr ? request.kv_lengths[i]
-                                                                          : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i]);
-    }
+    for (int i = 0; i < request.batch_size; ++i) longest = std::max<int64_t>(longest, kv_length(request, i));
     const bool tail = cuts && leftover > 0 && leftover <= kTailMaxItems &&
                       ((longest >> box_shift) + 1) * leftover < (int64_t{1} << 30);
     const int64_t tail_rows = tail ? leftover * kTailMaxPieces * 32 : 0;  // [item][piece][16-row block][16]

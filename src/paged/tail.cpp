@@ -14,8 +14,7 @@ bool host_tail_cuts(const PlanRequest& request, int window_left, const std::vect
     int most = 0;
     for (int64_t index = dp; index < items; ++index) {  // a sequence's KV heads alike
         const int i = rows[static_cast<size_t>(index / num_heads_k)];
-        const int kv_len = request.kv_lengths != nullptr ? request.kv_lengths[i]
-                                                         : request.cu_seqlens_k[i + 1] - request.cu_seqlens_k[i];
+        const int kv_len = kv_length(request, i);
         const int qo_len = request.cu_seqlens_q[i + 1] - request.cu_seqlens_q[i];
         const int u = tail_item_units(window_start(kv_len, qo_len, window_left), kv_len, box_shift);
         units += u;
