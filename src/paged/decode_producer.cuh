@@ -1,61 +1,19 @@
 // The stream decode kernel's producer warp (decode_tma.cuh: the kernel and its consumer warps):
-// the TMA engine's copies of K and V boxes into the ring of stages, and the mbarriers the warps
-// meet at, `full` (a stage's bytes have landed) and `empty` (each consumer warp is done with it).
+// the TMA engine's copies of K and V boxes into the ring of stages, meeting the consumers at
+// mbarriers (mbarrier.cuh), `full` (a stage's bytes have landed) and `empty` (each consumer warp
+// is done with it).
 #ifndef FAS_PAGED_DECODE_PRODUCER_CUH
 #define FAS_PAGED_DECODE_PRODUCER_CUH
 
-#include <cuda.h>
-
 #include <cstdint>
 
+#include "paged/decode_handoff.cuh"
 #include "paged/decode_items.cuh"
 #include "paged/decode_shape.h"
+#include "paged/mbarrier.cuh"
 
 namespace fas_paged {
 namespace decode {
-namespace tma {
-
-__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bar)), "r"(count));
-}
-__device__ __forceinline__ void arrive_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(bar)) : "memory");
-}
-// Until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        " @done bra DONE;\n bra WAIT;\n DONE:\n }\n" ::"r"(smem(bar)),
-        "r"(parity)
-        : "memory");
-}
-// One box of the tensor map at (x, y, z, w) into shared memory, completing on `bar`
-// (tensor_map.h: element, segment, row, page).
-__device__ __forceinline__ void copy(void* dst, const CUtensorMap* map, int x, int y, int z, int w, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-        "[%2];" ::"r"(smem(dst)),
-        "l"(map), "r"(smem(bar)), "r"(x), "r"(y), "r"(z), "r"(w)
-        : "memory");
-}
-// Orders this thread's ordinary shared-memory writes before later copies into the same bytes.
-__device__ __forceinline__ void fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// A barrier of the consumer warps only (the producer never joins).
-template <int Threads>
-__device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(Threads) : "memory");
-}
-// A barrier of the consumer warps that share a key slice (one per 16-row block): barriers 2 on.
-template <int Threads>
-__device__ __forceinline__ void slice_sync(int slice) {
-    asm volatile("bar.sync %0, %1;" ::"r"(2 + slice), "n"(Threads) : "memory");
-}
-
-}  // namespace tma
 
 // The producer warp: every stage of every item of this CTA, in the consumers' order. Lane b copies
 // box b of a stage (its rows of K, then of V, a copy per segment). Over a paged cache its page id
@@ -66,9 +24,11 @@ __device__ __forceinline__ void slice_sync(int slice) {
 // Tail (decode_items.cuh): after its round-robin items, this CTA's pieces of the tail, as
 // planned in `tail` (ready once tail_ready completes); their first id group (or row) looked up
 // ahead like a round-robin item's, tagged items + x.
-template <typename S, bool Flat, bool Tail>
+// HandoffQBytes > 0 (e4m3 caches; q's element size): each item is also handed to the consumers
+// through the item slots (decode_handoff.cuh), before its first stage's copies.
+template <typename S, bool Flat, bool Tail, int HandoffQBytes = 0>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
-                                        TailPlan* tail, uint64_t* tail_ready, int lane) {
+                                        TailPlan* tail, uint64_t* tail_ready, int lane, uint8_t* slots = nullptr) {
     static_assert(S::kKeys / kMinStreamBox <= 32, "a lane per box");
     const int box = 1 << a.box_shift;
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
@@ -102,6 +62,9 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
         const bool piece = Tail && round >= dp;
         const int index = piece ? items + tail_x : round;  // the item's tag
         const Item w = piece ? tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift) : ahead.take(a, items);
+        if constexpr (HandoffQBytes > 0) {
+            hand_over<S, S::kRowBytes, HandoffQBytes>(a, w, slots, (round - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x), lane);
+        }
         // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
         // first page's id locates all of them; looked up during the item before where it can be.
         const int first_row = !Flat || w.iterations == 0 ? 0

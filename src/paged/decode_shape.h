@@ -66,13 +66,21 @@ struct StreamShape {
     static constexpr int kStages = 200 * 1024 / kStageBytes > 8 ? 8 : 200 * 1024 / kStageBytes;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kQBytes = 16 * RowBlocks * HeadDim * 2;  // q is 16-bit; two tiles (this item's, the next's)
-    static constexpr int kSmemBytes = kRingBytes + 2 * kQBytes;
+    // e4m3 caches: the item handoff's slots (decode_handoff.cuh: a 256-byte header and a raw Q
+    // tile of 16-bit q's size), 4 where they fit beside the ring, else 2. 16-bit shapes take
+    // none: one slot of no bytes, so that the handoff's arithmetic, compiled there unused, has
+    // no zero to divide by.
+    static constexpr int kItemSlotBytes = KvBytes == 1 ? 256 + kQBytes : 0;
+    static constexpr int kItemSlots =
+        KvBytes != 1 ? 1 : kRingBytes + 2 * kQBytes + 4 * kItemSlotBytes <= 220 * 1024 ? 4 : 2;
+    static constexpr int kSmemBytes = kRingBytes + 2 * kQBytes + kItemSlots * kItemSlotBytes;
     static_assert(kSegBytes == 64 || kSegBytes == 128, "TMA swizzles of 64 or 128 bytes");
     static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of whole 16-key blocks");
     static_assert(!Wide || has_wide_stream(HeadDim, KvBytes == 1), "the wide shape is e4m3's, up to head dim 128");
     static_assert(!Fine || (has_fine_stream(HeadDim, KvBytes == 1) && RowBlocks == 1 && !Wide), "the fine shape: 16-bit, one block");
     static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");
     static_assert(kKeySlices + 2 <= 16, "a named barrier per key slice");
+    static_assert(kSmemBytes + 2 * 1024 <= 227 * 1024, "the ring, Q tiles and item slots fit with the static barriers");
 };
 
 }  // namespace decode

@@ -30,6 +30,7 @@
 
 #include <flashinfer/cp_async.cuh>
 
+#include "paged/decode_handoff.cuh"
 #include "paged/decode_items.cuh"
 #include "paged/decode_math.cuh"
 #include "paged/decode_producer.cuh"
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     __shared__ int fold_flag[RowBlocks];                   // fold_if_last's, per 16-row tile
     uint8_t* const ring = smem;
     uint8_t* const q_smem = smem + S::kRingBytes;
+    uint8_t* const slots = q_smem + 2 * S::kQBytes;  // e4m3 caches: the item handoff's (decode_handoff.cuh)
     TailPlan* const tail = reinterpret_cast<TailPlan*>(smem + S::kSmemBytes);  // Tail only
     uint64_t* const tail_ready = reinterpret_cast<uint64_t*>(smem + S::kSmemBytes + sizeof(TailPlan));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -80,6 +82,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             tma::init(&empty[s], S::kConsumerWarps);
         }
         if constexpr (Tail) tma::init(tail_ready, 1);
+        if constexpr (kFp8) init_item_slots<S>(slots);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -103,10 +106,11 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
     }
     if (warp == S::kConsumerWarps) {
+        constexpr int kHandoffQBytes = kFp8 ? (QFp8 ? 1 : static_cast<int>(sizeof(T))) : 0;
         if (a.tma_flat) {
-            produce<S, true, Tail>(a, ring, full, empty, tail, tail_ready, lane);
+            produce<S, true, Tail, kHandoffQBytes>(a, ring, full, empty, tail, tail_ready, lane, slots);
         } else {
-            produce<S, false, Tail>(a, ring, full, empty, tail, tail_ready, lane);
+            produce<S, false, Tail, kHandoffQBytes>(a, ring, full, empty, tail, tail_ready, lane, slots);
         }
         return;
     }
@@ -129,7 +133,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
     };
     // 16-bit q: each item's Q tile is copied an item ahead, into the other of two buffers, so that
-    // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item).
+    // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item,
+    // from the raw tile the producer copied).
     const int items = item_count(a);
     const auto copy_q = [&](const Item& w, uint8_t* to) {
         for (int i = tid; i < kRows * kQChunks; i += kConsumers) {
@@ -144,8 +149,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         flashinfer::cp_async::commit_group();
     };
     // 16-bit one-block consumers describe the next item (for its Q copy) from loads issued an item
-    // ahead; the others on the spot: their kernels, held to 168 registers, spilled more with the
-    // loads ahead and ran e4m3 rows 6-14% slower (docs/design/decode-producer.md).
+    // ahead; the pair shape's on the spot (held to 168 registers, the e4m3 kernels spilled more
+    // with the loads ahead and ran 6-14% slower: docs/design/decode-producer.md); e4m3 consumers
+    // take their items, Q and descales from the producer (decode_handoff.cuh).
     constexpr bool kAhead = !kFp8 && RowBlocks == 1;
     ItemStream<S::kKeys> ahead(a, items, kAhead);
     const auto take = [&](int index) {
@@ -169,6 +175,13 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
         return false;
     };
+    // e4m3 caches: this CTA's n-th item as the producer handed it over (no global load here).
+    const auto handed_over = [&](int index) {
+        const int n = (index - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);
+        ItemSlotHeader* const slot = item_slot<S>(slots, n);
+        tma::wait(&slot->full, (n / S::kItemSlots) & 1);
+        return slot->item;
+    };
     Item next{};
     if (!kFp8 && static_cast<int>(blockIdx.x) < items) {
         next = take(blockIdx.x);
@@ -176,23 +189,21 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     }
     int stage = 0, buffer = 0;
     for (int index = blockIdx.x; Tail ? more : index < items; index += gridDim.x, buffer ^= 1) {
-        const Item w = kFp8 ? take(index) : next;
+        const Item w = kFp8 ? handed_over(index) : next;
         const int w_tail = Tail ? next_tail : -1;  // before the prefetch below replaces next
         uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
         const int row0 = w.qo_tile * kRows;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
         if constexpr (kFp8) {
             fp8::QStaging<T, HeadDim, kConsumers, true, QFp8> staging;
-            staging.load(tid, a.q, a.q_descale, [&](int row, bool* valid, int* head) {
-                const int packed = row0 + row, token = packed / group;
-                *head = w.kv_head * group + packed % group;
-                *valid = token < w.qo_len;
-                return static_cast<int64_t>(w.q_begin + (*valid ? token : 0)) * a.q_row_stride + *head * HeadDim;
-            });
+            const int n = (index - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);
+            ItemSlotHeader* const slot = item_slot<S>(slots, n);
+            staging.load_slot(tid, item_slot_q<S>(slots, n), a.q_descale != nullptr ? slot->q_descale : nullptr);
+            if (a.k_descale != nullptr) k_scale = slot->k_scale;
+            if (a.v_descale != nullptr) v_scale = slot->v_scale;
             q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
+            if (tid == 0) tma::arrive(&slot->empty);  // every consumer has read the slot (scale's barrier)
             staging.store(q_tile, tid, q_scale, q_offset);
-            if (a.k_descale != nullptr) k_scale = a.k_descale[w.kv_head];
-            if (a.v_descale != nullptr) v_scale = a.v_descale[w.kv_head];
         } else {
             if (index + static_cast<int>(gridDim.x) < dp) {  // the other buffer's item is done
                 next = take(index + gridDim.x);
@@ -300,7 +311,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     // chunk: nothing to count, and the description's two loads would delay the next launch.
     if (a.fold_counts != nullptr && ahead.chunk != kUnsplitChunk && items <= static_cast<int>(gridDim.x) &&
         static_cast<int>(blockIdx.x) < items) {
-        const Item w = describe<S::kKeys>(a, blockIdx.x, ahead.chunk);
+        // e4m3 caches: the one item is still in the first item slot (nothing came after it).
+        const Item w = kFp8 ? item_slot<S>(slots, 0)->item : describe<S::kKeys>(a, blockIdx.x, ahead.chunk);
         const TileOutput tile{w.request,  w.qo_tile * RowBlocks + block, w.kv_tile, w.kv_head, w.qo_len, group,
                               w.num_chunks};
         fold_if_last<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices, &fold_flag[block],

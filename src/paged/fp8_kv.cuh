@@ -50,6 +50,18 @@ __device__ __forceinline__ uint32_t widen(uint32_t x) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
     return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
+// The same for the low (High false) or high half of x, converted from the register's half as it
+// is: no shift ahead of the conversion on the chain from ldmatrix to mma.
+template <bool High>
+__device__ __forceinline__ uint32_t widen_half(uint32_t x) {
+    uint32_t out;
+    if constexpr (High) {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(out) : "r"(x));
+    } else {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(out) : "r"(x));
+    }
+    return out;
+}
 
 // The B operands of keys key..key+15 for QK^T steps `step` and step + 1 (32 dims, in
 // QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high]. offset(row, chunk): where
@@ -62,10 +74,10 @@ __device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int st
     flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + offset(key + (m8 % 2) * 8 + lane % 8, step + m8 / 2)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        b[h][0] = widen(r[2 * h]);
-        b[h][1] = widen(r[2 * h] >> 16);
-        b[h][2] = widen(r[2 * h + 1]);
-        b[h][3] = widen(r[2 * h + 1] >> 16);
+        b[h][0] = widen_half<false>(r[2 * h]);
+        b[h][1] = widen_half<true>(r[2 * h]);
+        b[h][2] = widen_half<false>(r[2 * h + 1]);
+        b[h][3] = widen_half<true>(r[2 * h + 1]);
     }
 }
 
@@ -81,10 +93,10 @@ __device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int ch
     for (int h = 0; h < 2; ++h) {
         // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
         const uint32_t low = __byte_perm(r[2 * h], 0, 0x3120), high = __byte_perm(r[2 * h + 1], 0, 0x3120);
-        b[h][0] = widen(low);
-        b[h][1] = widen(high);
-        b[h][2] = widen(low >> 16);
-        b[h][3] = widen(high >> 16);
+        b[h][0] = widen_half<false>(low);
+        b[h][1] = widen_half<false>(high);
+        b[h][2] = widen_half<true>(low);
+        b[h][3] = widen_half<true>(high);
     }
 }
 
@@ -177,6 +189,28 @@ struct QStaging {
                 }
             }
             if (!valid) words[n][0] = words[n][1] = make_uint4(0, 0, 0, 0);
+        }
+    }
+
+    // The same from the stream kernel's item slot (decode_handoff.cuh): raw, the tile's 16 rows
+    // of q (zeros past the queries); q_descale, their heads' descales (e4m3 q; NULL: 1).
+    __device__ __forceinline__ void load_slot(int tid, const uint8_t* raw, const float* q_descale) {
+        constexpr int kRowBytes = HeadDim * (QFp8 ? 1 : static_cast<int>(sizeof(T)));
+#pragma unroll
+        for (int n = 0; n < kSpans; ++n) {
+            const int i = tid + n * Threads;
+            if (i < 16 * kSpansPerRow) {
+                const uint4* src = reinterpret_cast<const uint4*>(raw + (i / kSpansPerRow) * kRowBytes +
+                                                                  (i % kSpansPerRow) * (kRowBytes / kSpansPerRow));
+                words[n][0] = src[0];
+                if constexpr (QFp8) {
+                    words[n][1].x = __float_as_uint(q_descale != nullptr ? q_descale[i / kSpansPerRow] : 1.f);
+                } else {
+                    words[n][1] = src[1];
+                }
+            } else {
+                words[n][0] = words[n][1] = make_uint4(0, 0, 0, 0);
+            }
         }
     }
 
