@@ -61,6 +61,30 @@ def fake_build(tmp_path):
                            container=FakeContainer(), third_party=tmp_path / "third_party")
 
 
+def toy_matrix(family: str, head_dims: str, dtypes: str, causal: str, estimate_gb: float) -> str:
+    """matrix.yaml text of one matrix, `toy`, of one entry that builds `family` (its head dims,
+    dtypes and causal values as YAML lists), for tests that add a family to FAMILIES."""
+    return f"""\
+schema_version: 1
+images:
+  img:
+    dockerfile: docker/cuda12-debian-trixie.Dockerfile
+    cuda: "12.4"
+    base: {{suite: trixie, components: [main]}}
+matrices:
+  toy:
+    entries:
+      - name: toy-entry
+        cuda: "12.4"
+        image: img
+        archs: [sm_90a]
+        flags: [-O3]
+        memory_estimates_gb: {{host: 1.0, {family}: {estimate_gb}}}
+        kernels:
+          - {{family: {family}, head_dims: {head_dims}, dtypes: {dtypes}, causal: {causal}}}
+"""
+
+
 def write_tree(root: Path, files: dict) -> Path:
     """Create files (relative path -> text) under root."""
     for name, text in files.items():

@@ -57,7 +57,7 @@ def test_full_builds_the_e4m3_kv_decode_kernels_and_minimal_does_not(repo):
     tu = kernels["paged_decode_e4m3kv_hdim128_bf16_causal_sm90"]
     # q and out bf16 (1), caches e4m3 (2), 16-row tiles; the decode kernel's source with the descales
     assert tu.symbol == "fas_paged::launch_paged<1, 2, 128, true, 16>"
-    assert tu.registry_line == "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_E4M3, 128, true, 16)"
+    assert tu.registry_line == 'FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_E4M3, 128, true, 16, "paged_e4m3kv")'
     text = tu.render()
     assert '#include "paged/decode.cuh"' in text and "run_decode<1, 2, 128, true, 16>" in text
     assert "occupancy_decode<1, 2, 128, true, 16>" in text and "e4m3 KV" in text

@@ -84,7 +84,7 @@ def test_host_keys_cover_the_registry_and_kernel_keys_do_not(tree, fake_build):
     compiler.write_registry()
     hosts = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
     kernels = {tu.name: compiler.kernel_spec(tu).key for tu in compiler.plan.kernels}
-    compiler.registry.write_text("FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false)\n")
+    compiler.registry.write_text('FAS_FA2_FWD(cutlass::half_t, FAS_DTYPE_FP16, 64, false, "fa2")\n')
     (tree / "src/core/status.h").write_text("// another status\n")
     after = {h.name: compiler.host_spec(h).key for h in compiler.plan.hosts}
     changed = {name for name in hosts if hosts[name] != after[name]}

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import write_tree
+from conftest import toy_matrix, write_tree
 from flashbuild.config import families
 from flashbuild.compile.compiler import EntryCompiler
 from flashbuild.core.errors import ConfigError
@@ -25,28 +25,10 @@ TOY = Family(
     render=lambda tu: f"// toy decode {tu.head_dim} {tu.dtype} {tu.causal}\n",
     symbol=lambda tu: f"fas_toy::decode<{tu.head_dim}, {str(tu.causal).lower()}>",
     registry_macro="FAS_TOY_DECODE", registry_params=("HeadDim", "IsCausal"),
-    registry_args=lambda tu: (str(tu.head_dim), str(tu.causal).lower()),
+    registry_args=lambda tu: (str(tu.head_dim), str(tu.causal).lower()), info_family="toy",
 )
 
-MATRIX = """\
-schema_version: 1
-images:
-  img:
-    dockerfile: docker/cuda12-debian-trixie.Dockerfile
-    cuda: "12.4"
-    base: {suite: trixie, components: [main]}
-matrices:
-  toy:
-    entries:
-      - name: toy-entry
-        cuda: "12.4"
-        image: img
-        archs: [sm_90a]
-        flags: [-O3]
-        memory_estimates_gb: {host: 1.0, toy_decode: 2.5}
-        kernels:
-          - {family: toy_decode, head_dims: [512], dtypes: [bf16], causal: [false, true]}
-"""
+MATRIX = toy_matrix("toy_decode", "[512]", "[bf16]", "[false, true]", 2.5)
 
 
 @pytest.fixture
@@ -93,8 +75,8 @@ def test_compile_flags_and_key_come_from_the_records_upstream(toy, fake_build):
 def test_registry_and_symbol_follow_the_record(toy):
     kernels = make_plan(load_config(toy / "matrix.yaml").matrix("toy"), toy).entries[0].kernels
     lines = registry_text(kernels).splitlines()
-    assert lines[lines.index("#ifndef FAS_TOY_DECODE") + 1] == "#define FAS_TOY_DECODE(HeadDim, IsCausal)"
-    assert "FAS_TOY_DECODE(512, true)" in lines and "#undef FAS_TOY_DECODE" in lines
+    assert lines[lines.index("#ifndef FAS_TOY_DECODE") + 1] == "#define FAS_TOY_DECODE(HeadDim, IsCausal, InfoFamily)"
+    assert 'FAS_TOY_DECODE(512, true, "toy")' in lines and "#undef FAS_TOY_DECODE" in lines
     assert "#ifndef FAS_FA2_FWD" in lines, "every family's macro is defaulted, built or not"
     assert [tu.symbol for tu in kernels] == ["fas_toy::decode<512, false>", "fas_toy::decode<512, true>"]
 

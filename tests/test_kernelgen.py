@@ -61,15 +61,15 @@ def test_registry_lists_exactly_the_entry_kernels(repo):
     # One TU per (family, head dim, dtype, causal) that matrix.yaml's full entry lists.
     declared = sum(len(k.head_dims) * len(k.dtypes) * len(k.causal) for k in plan.entries[0].entry.kernels)
     assert len(lines) == len(plan.entries[0].kernels) == declared
-    assert "FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true)" in lines
-    assert "FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false)" in lines
-    assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true)" in lines
-    assert "FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_FP16, 192, false)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_E4M3, 128, true, 16)" in lines
-    assert "FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 256, false, 64)" in lines
-    assert "FAS_SM90_PAGED(FAS_DTYPE_BF16, 128, true)" in lines
-    assert "FAS_SM90_PACKED(FAS_DTYPE_BF16, 96, false)" in lines
+    assert 'FAS_FA2_FWD(cutlass::bfloat16_t, FAS_DTYPE_BF16, 128, true, "fa2")' in lines
+    assert 'FAS_SM90_PREFILL(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, false, "sm90")' in lines
+    assert 'FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_BF16, 128, true, "sm90")' in lines
+    assert 'FAS_SM90_PREFILL(FAS_DTYPE_E4M3, FAS_DTYPE_FP16, 192, false, "sm90")' in lines
+    assert 'FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_BF16, 128, true, 16, "paged")' in lines
+    assert 'FAS_PAGED(FAS_DTYPE_BF16, FAS_DTYPE_E4M3, 128, true, 16, "paged_e4m3kv")' in lines
+    assert 'FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 256, false, 64, "paged")' in lines
+    assert 'FAS_SM90_PAGED(FAS_DTYPE_BF16, 128, true, "sm90_paged")' in lines
+    assert 'FAS_SM90_PACKED(FAS_DTYPE_BF16, 96, false, "sm90_packed")' in lines
 
 
 def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
@@ -79,12 +79,12 @@ def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
     lines = registry_text(plan.entries[0].kernels).splitlines()
     macros = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL", "FAS_SM90_SOFTCAP", "FAS_SM90_PACKED",
               "FAS_SM90_PAGED", "FAS_PAGED")
-    entry = lines.index("FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, true, 16)")
+    entry = lines.index('FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, true, 16, "paged")')
     for macro in macros:
         guard = lines.index(f"#ifndef {macro}")
         assert lines[guard + 1].startswith(f"#define {macro}(") and lines[guard + 2] == "#endif"
         assert guard < entry < lines.index(f"#undef {macro}")
-    assert "#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal)" in lines
+    assert "#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal, InfoFamily)" in lines
     assert sum(line.startswith("#define ") for line in lines) == len(macros), "a shared macro is defaulted once"
 
 

@@ -71,7 +71,8 @@ class KernelTU:
 
     @property
     def registry_line(self) -> str:
-        return f"{self.record.registry_macro}({', '.join(self.record.registry_args(self))})"
+        args = (*self.record.registry_args(self), f'"{self.record.info_family}"')  # then INFO_FAMILY_PARAM
+        return f"{self.record.registry_macro}({', '.join(args)})"
 
 
 @dataclass(frozen=True)

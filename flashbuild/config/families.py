@@ -132,6 +132,10 @@ class Family:
     registry_macro: str
     registry_params: tuple[str, ...]  # the macro's parameters, as the C includers name them
     registry_args: Callable  # KernelTU -> the macro's arguments, in registry_params order
+    # fas_kernel_info.family of its kernels: the C API's name of their kind (several build
+    # families may share one: "fa2", "sm90", "paged"). kernelgen passes it to the registry
+    # macro as a last argument, INFO_FAMILY_PARAM, so no C file names a family's kernels by hand.
+    info_family: str
     causal: tuple[bool, ...] = (False, True)  # the causal values a matrix may list
     # What the C registry of `api_path` must declare of one TU (its explicit specialization), a
     # format string over registry_params; kernelgen writes it into kernel_registry.inc under
@@ -144,6 +148,10 @@ class Family:
 
     def declare(self, tu) -> str:
         return self.declaration.format(**dict(zip(self.registry_params, self.registry_args(tu))))
+
+
+# The last parameter of every registry macro: the family's info_family, a C string literal.
+INFO_FAMILY_PARAM = "InfoFamily"
 
 
 # The memory_estimates_gb key (matrix.yaml) of every host TU: host code belongs to no family.
@@ -163,11 +171,11 @@ PAGED_PREFILL = PagedKernel("paged/launch.cuh", "run", "occupancy", "FlashInfer 
                             tile_q=64)
 
 
-def _paged_family(name: str, kernel: PagedKernel) -> Family:
+def _paged_family(name: str, kernel: PagedKernel, info_family: str = "paged") -> Family:
     return Family(name=name, upstream=FLASHINFER_SM90, api_path="paged", head_dims=SM90_HEAD_DIMS,
                   dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True, render=partial(render_paged, kernel),
                   symbol=partial(paged_symbol, kernel), registry_macro="FAS_PAGED", registry_params=PAGED_PARAMS,
-                  registry_args=partial(paged_args, kernel), declaration=PAGED_DECLARATION)
+                  registry_args=partial(paged_args, kernel), info_family=info_family, declaration=PAGED_DECLARATION)
 
 
 FAMILIES = {
@@ -177,14 +185,14 @@ FAMILIES = {
             name="fa2_fwd", upstream=FLASH_ATTN, api_path="fa2",
             head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_fa2_fwd, symbol=fa2_symbol("fas_fa2::run_fwd"),
-            registry_macro="FAS_FA2_FWD", registry_params=FA2_PARAMS, registry_args=fa2_args,
+            registry_macro="FAS_FA2_FWD", registry_params=FA2_PARAMS, registry_args=fa2_args, info_family="fa2",
             declaration=FA2_DECLARATION, kernels=fa2_attention_kernels,
         ),
         Family(
             name="fa2_fwd_split", upstream=FLASH_ATTN, api_path="fa2",
             head_dims=FA2_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_fa2_split, symbol=fa2_symbol("fas_fa2::run_split"),
-            registry_macro="FAS_FA2_FWD_SPLIT", registry_params=FA2_PARAMS, registry_args=fa2_args,
+            registry_macro="FAS_FA2_FWD_SPLIT", registry_params=FA2_PARAMS, registry_args=fa2_args, info_family="fa2",
             declaration=FA2_SPLIT_DECLARATION, kernels=fa2_split_kernels,
         ),
         Family(
@@ -192,48 +200,49 @@ FAMILIES = {
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90, symbol=sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=sm90_args,
-            declaration=SM90_DECLARATION,
+            info_family="sm90", declaration=SM90_DECLARATION,
         ),
         Family(  # q/k/v in FP8 e4m3; a matrix's dtypes are the output's
             name="sm90_fp8_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_FP8_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype="e4m3", project_includes=True,
             render=render_sm90, symbol=sm90_symbol,
             registry_macro="FAS_SM90_PREFILL", registry_params=SM90_PARAMS, registry_args=sm90_args,
-            declaration=SM90_DECLARATION,
+            info_family="sm90", declaration=SM90_DECLARATION,
         ),
         Family(  # scores capped as softcap * tanh(score / softcap) (Gemma 2, Grok); fp16/bf16
             name="sm90_softcap_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_softcap, symbol=sm90_softcap_symbol,
             registry_macro="FAS_SM90_SOFTCAP", registry_params=SM90_16BIT_PARAMS, registry_args=sm90_16bit_args,
-            declaration=sm90_16bit_declaration("launch_ragged_softcap"),
+            info_family="sm90_softcap", declaration=sm90_16bit_declaration("launch_ragged_softcap"),
         ),
         Family(  # short sequences sharing query tiles; non-causal only (per-row bounds carry causality)
             name="sm90_packed_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_PREFILL_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_packed, symbol=sm90_packed_symbol,
             registry_macro="FAS_SM90_PACKED", registry_params=SM90_16BIT_PARAMS, registry_args=sm90_16bit_args,
-            causal=(False,), declaration=sm90_16bit_declaration("launch_ragged_packed"),
+            info_family="sm90_packed", causal=(False,), declaration=sm90_16bit_declaration("launch_ragged_packed"),
         ),
         Family(  # chunked prefill over a paged cache (matrices build it causal: queries fewer than keys)
             name="sm90_paged_prefill", upstream=FLASHINFER_SM90, api_path="sm90",
             head_dims=SM90_HEAD_DIMS, dtypes=OUTPUT_DTYPES, input_dtype=None, project_includes=True,
             render=render_sm90_paged, symbol=sm90_paged_symbol,
             registry_macro="FAS_SM90_PAGED", registry_params=SM90_16BIT_PARAMS, registry_args=sm90_16bit_args,
-            declaration=sm90_16bit_declaration("launch_paged_ragged"),
+            info_family="sm90_paged", declaration=sm90_16bit_declaration("launch_paged_ragged"),
         ),
         # 16-row query tiles; causal only (one query sees every key with or without the mask)
         _paged_family("paged_decode", PAGED_DECODE),
         # over e4m3 K/V caches; dtypes are out's, and q's unless q is e4m3 (an FP8 plan)
-        _paged_family("paged_decode_e4m3kv", PAGED_DECODE_E4M3KV),
+        _paged_family("paged_decode_e4m3kv", PAGED_DECODE_E4M3KV, info_family="paged_e4m3kv"),
         _paged_family("paged_prefill", PAGED_PREFILL),
     )
 }
 
 
 def registry_macros() -> dict[str, tuple[str, ...]]:
-    """Each registry macro once (families may share one), with its parameters."""
+    """Each registry macro once (families may share one), with its parameters, the last of
+    them INFO_FAMILY_PARAM."""
     macros: dict[str, tuple[str, ...]] = {}
     for family in FAMILIES.values():
-        macros.setdefault(family.registry_macro, family.registry_params)
+        macros.setdefault(family.registry_macro, family.registry_params + (INFO_FAMILY_PARAM,))
     return macros

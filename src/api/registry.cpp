@@ -36,7 +36,7 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = entry.split_kv ? 1 : 0;
-        info->family = family_name(FAS_FAMILY_FA2);
+        info->family = entry.family;
         info->out_dtype = entry.dtype;
     } else if (index >= fas_fa2::num_kernels() + fas_sm90::num_kernels()) {
         const fas_paged::Kernel& entry = fas_paged::kernel(index - fas_fa2::num_kernels() - fas_sm90::num_kernels());
@@ -44,7 +44,7 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = 1;  // decode-oriented: splits long KVs across CTAs
-        info->family = entry.kv_dtype == FAS_DTYPE_E4M3 ? "paged_e4m3kv" : family_name(FAS_FAMILY_PAGED);
+        info->family = entry.family;
         info->out_dtype = entry.dtype;
     } else {
         const fas_sm90::Kernel& entry = fas_sm90::kernel(index - fas_fa2::num_kernels());
@@ -52,10 +52,7 @@ fas_status kernel_info(int index, fas_kernel_info* info) {
         info->head_dim = entry.head_dim;
         info->causal = entry.causal ? 1 : 0;
         info->split_kv = 0;
-        info->family = entry.paged     ? "sm90_paged"
-                       : entry.softcap ? "sm90_softcap"
-                       : entry.packed  ? "sm90_packed"
-                                       : family_name(FAS_FAMILY_SM90);
+        info->family = entry.family;
         info->out_dtype = entry.out_dtype;
     }
     return FAS_SUCCESS;

@@ -26,6 +26,7 @@ struct Kernel {
     int head_dim;
     bool causal;
     bool split_kv;
+    const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
 };
 
 // The FA2 kernels of this build, in registry order (launch.cu).

@@ -30,13 +30,13 @@ struct Entry {
 
 // Ends with a sentinel (launch == nullptr) so that a build without FA2 kernels still has a
 // valid array; the count excludes it.
-#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal) \
-    {{DtypeEnum, HeadDim, IsCausal, false}, &fas_fa2::run_fwd<ElementType, HeadDim, IsCausal>},
-#define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal) \
-    {{DtypeEnum, HeadDim, IsCausal, true}, &fas_fa2::run_split<ElementType, HeadDim, IsCausal>},
+#define FAS_FA2_FWD(ElementType, DtypeEnum, HeadDim, IsCausal, InfoFamily) \
+    {{DtypeEnum, HeadDim, IsCausal, false, InfoFamily}, &fas_fa2::run_fwd<ElementType, HeadDim, IsCausal>},
+#define FAS_FA2_FWD_SPLIT(ElementType, DtypeEnum, HeadDim, IsCausal, InfoFamily) \
+    {{DtypeEnum, HeadDim, IsCausal, true, InfoFamily}, &fas_fa2::run_split<ElementType, HeadDim, IsCausal>},
 const Entry kTable[] = {
 #include "kernel_registry.inc"
-    {{FAS_DTYPE_FP16, 0, false, false}, nullptr},
+    {{FAS_DTYPE_FP16, 0, false, false, nullptr}, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 

@@ -208,6 +208,7 @@ struct Kernel {
     int head_dim;
     bool causal;
     int tile_q;  // query tile rows: 16 (decode) or 64
+    const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
     LaunchFn launch;
     OccupancyFn occupancy;
 };

@@ -14,12 +14,12 @@ namespace {
 
 // Ends with a sentinel (launch == nullptr) so that a build without paged kernels still has a
 // valid array; the count excludes it.
-#define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ)                                                \
-    {DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, &launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>, \
+#define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, InfoFamily)                                  \
+    {DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, InfoFamily, &launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>, \
      &occupancy_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, 0, nullptr, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, 0, nullptr, nullptr, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 

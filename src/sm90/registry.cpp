@@ -17,17 +17,17 @@ namespace {
 
 // Ends with a sentinel (launch == nullptr) so that a build without SM90 kernels still has a
 // valid array; the count excludes it.
-#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal) \
-    {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
-#define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
-#define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, false, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
-#define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, false, true, &fas_sm90::launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal, InfoFamily) \
+    {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, InfoFamily, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, InfoFamily, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, false, InfoFamily, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
+#define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, false, true, InfoFamily, &fas_sm90::launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, false, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, false, nullptr, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 

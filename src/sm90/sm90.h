@@ -29,6 +29,7 @@ struct Kernel {
     bool softcap;  // caps scores (launch_ragged_softcap); the others take softcap 0 only
     bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
                    // built non-causal, it serves causal and windowed packed plans through its row table
+    const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
     RaggedLaunchFn launch;
 };
 
