@@ -82,6 +82,27 @@ def test_test_binary_runs_here_and_reports_no_gpu(smoke_artifact):
     assert "no CUDA device" in result.stderr
 
 
+def test_kernel_info_reports_the_family_name_its_record_gives(smoke_artifact):
+    """fas_get_kernel_info needs no GPU: smoke's one kernel is listed under the name its build
+    family's record passes through kernel_registry.inc (no C file names it)."""
+    import ctypes
+
+    from flashbuild.config.families import FAMILIES
+
+    _, version, folder, _ = smoke_artifact
+    library = ctypes.CDLL(str(folder / "lib" / f"libflash_attn_standalone.so.{version}"))
+
+    class Info(ctypes.Structure):  # fas_kernel_info
+        _fields_ = [("dtype", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
+                    ("split_kv", ctypes.c_int), ("family", ctypes.c_char_p), ("out_dtype", ctypes.c_int)]
+
+    info = Info()
+    assert library.fas_num_kernels() == 1
+    assert library.fas_get_kernel_info(0, ctypes.byref(info)) == 0
+    assert (info.family.decode(), info.head_dim, info.causal) == (FAMILIES["paged_decode"].info_family, 64, 1) == (
+        "paged", 64, 1)
+
+
 def test_second_build_leaves_the_up_to_date_artifact_alone(smoke_artifact):
     repo, _, folder, _ = smoke_artifact
     written = (folder / "manifest.json").stat().st_mtime_ns
@@ -306,3 +327,74 @@ def test_a_second_clone_builds_smoke_from_a_shared_redis_cache_byte_for_byte(smo
     (the compile container on the host network): the second only hits, same bytes."""
     outputs = _two_clones_through_sccache(smoke_artifact[0], tmp_path, {"SCCACHE_REDIS_ENDPOINT": redis_endpoint})
     assert all("cache hits" in output for output in outputs)
+
+
+# A paged family as docs/design/house.md's walk-through adds one: its record and its template.
+TOY_TEMPLATE = """\
+#include "paged/paged.h"
+namespace fas_paged {
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+__global__ void toy_fill(LaunchArgs a) {
+    for (int i = threadIdx.x; i < HeadDim; i += blockDim.x) static_cast<unsigned short*>(a.out)[i] = 0;
+}
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t run_toy_fill(const LaunchArgs& a, cudaStream_t stream) {
+    toy_fill<Dtype, KvDtype, HeadDim, Causal, TileQ><<<1, 32, 0, stream>>>(a);
+    return cudaGetLastError();
+}
+template <int Dtype, int KvDtype, int HeadDim, bool Causal, int TileQ>
+cudaError_t occupancy_toy_fill(DecodeShape, int* ctas_per_sm) {
+    *ctas_per_sm = 1;
+    return cudaSuccess;
+}
+}  // namespace fas_paged
+"""
+
+
+def test_a_family_of_a_record_and_a_template_compiles_into_the_paged_dispatch_table(smoke_artifact, tmp_path,
+                                                                                     monkeypatch):
+    """The walk-through's first two files: a paged family's record (here added to FAMILIES) and
+    its template header. The generator writes its TU, and the registry of the paged code path,
+    src/paged/registry.cpp as it stands, compiled against the generated kernel_registry.inc,
+    takes the TU's specialization into the table its planner searches: registry.o needs the
+    symbol and the TU's object defines it, both compiled by the toolchain image's nvcc."""
+    from flashbuild.compile.kernelgen import registry_text, write_kernels
+    from flashbuild.config import families
+    from flashbuild.config.build_plan import make_plan
+    from flashbuild.config.kernel_sources import PagedKernel
+    from flashbuild.toolchains.container import ToolchainContainer, docker_client
+    from conftest import toy_matrix
+
+    repo, _, folder, _ = smoke_artifact
+    image = json.loads((folder / "manifest.json").read_text())["toolchain"]["tag"]
+    toy = PagedKernel("paged/toy_fill.cuh", "run_toy_fill", "occupancy_toy_fill", "A toy paged kernel", tile_q=32)
+    monkeypatch.setitem(families.FAMILIES, "toy_paged_fill", families._paged_family("toy_paged_fill", toy))
+    root = tmp_path / "clone"
+    shutil.copytree(repo / "src", root / "src")
+    (root / "src/paged/toy_fill.cuh").write_text(TOY_TEMPLATE)
+    (root / "matrix.yaml").write_text(toy_matrix("toy_paged_fill", "[64]", "[fp16]", "[true]", 1.0))
+    config = load_config(root / "matrix.yaml")
+    write_kernels(config.matrices.values(), root / "kernels")
+    kernels = make_plan(config.matrix("toy"), root).entries[0].kernels
+    assert [tu.name for tu in kernels] == ["toy_paged_fill_hdim64_fp16_causal_sm90"]
+    (root / "generated").mkdir()
+    (root / "generated/kernel_registry.inc").write_text(registry_text(kernels))
+    sources = {"toy.o": root / "kernels" / f"{kernels[0].name}.cu", "registry.o": root / "src/paged/registry.cpp"}
+    with ToolchainContainer(docker_client(), image, root, "family-walkthrough") as container:
+        for obj, source in sources.items():
+            result = container.exec(["nvcc", "-c", "-O3", "-std=c++17", "-arch=sm_90a", f"-I{root / 'generated'}",
+                                     f"-I{root / 'src'}", f"-I{root / 'src/include'}", "-o", str(root / obj),
+                                     str(source)])
+            assert result.exit_code == 0, result.output[-3000:]
+        symbols = {obj: container.exec(["nm", "-C", str(root / obj)]).output for obj in sources}
+
+    def kinds(obj):  # nm's kind letter on each line naming the TU's specialization
+        found = set()
+        for line in symbols[obj].splitlines():
+            if kernels[0].symbol + "(" in line:  # fas_paged::launch_paged<0, 0, 64, true, 32>(...)
+                fields = line.split()
+                found.add(fields[0] if fields[0] == "U" else fields[1])
+        return found
+
+    assert kinds("registry.o") == {"U"}, symbols["registry.o"][-2000:]
+    assert kinds("toy.o") == {"T"}, symbols["toy.o"][-2000:]
