@@ -202,7 +202,10 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             if (a.k_descale != nullptr) k_scale = slot->k_scale;
             if (a.v_descale != nullptr) v_scale = slot->v_scale;
             q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
-            if (tid == 0) tma::arrive(&slot->empty);  // every consumer has read the slot (scale's barrier)
+            // The slot is free once every consumer has read it: scale() meets at a barrier where
+            // it rescales (bf16 or e4m3 q); fp16 q meets here.
+            if constexpr (!decltype(staging)::kRescale && !QFp8) tma::consumers_sync<kConsumers>();
+            if (tid == 0) tma::arrive(&slot->empty);
             staging.store(q_tile, tid, q_scale, q_offset);
         } else {
             if (index + static_cast<int>(gridDim.x) < dp) {  // the other buffer's item is done
