@@ -29,6 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "../src/paged/mbarrier.cuh"  // the decode kernel's mbarrier and tensor-copy primitives
+
+namespace tma = fas_paged::decode::tma;
+
 #define CHECK(call)                                                                                  \
     do {                                                                                             \
         cudaError_t e_ = (call);                                                                     \
@@ -41,50 +45,27 @@
 constexpr int kDim = 128;             // head dim, bf16: 256-byte rows per head
 constexpr int kRowBytes = kDim * 2;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @p bra DONE;\n"
-        " bra WAIT;\n DONE:\n }\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
 __device__ __forceinline__ void tensor_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-            smem_u32(dst)),
-        "l"(map), "r"(smem_u32(bar)), "r"(x), "r"(y)
+            tma::smem(dst)),
+        "l"(map), "r"(tma::smem(bar)), "r"(x), "r"(y)
         : "memory");
 }
 // Starts moving a 2D box towards L2 (no shared memory, no completion).
 __device__ __forceinline__ void prefetch_2d(const CUtensorMap* map, int x, int y) {
     asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(map), "r"(x), "r"(y) : "memory");
 }
-__device__ __forceinline__ void tensor_4d(void* dst, const CUtensorMap* map, int seg, int row, int page, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(
-            smem_u32(dst)),
-        "l"(map), "r"(smem_u32(bar)), "r"(0), "r"(seg), "r"(row), "r"(page)
-        : "memory");
-}
 // A 3D box (elements, rows, halves) at element 0 of row y, half z.
 __device__ __forceinline__ void tensor_3d(void* dst, const CUtensorMap* map, int y, int z, uint64_t* bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
-            smem_u32(dst)),
-        "l"(map), "r"(smem_u32(bar)), "r"(0), "r"(y), "r"(z)
+            tma::smem(dst)),
+        "l"(map), "r"(tma::smem(bar)), "r"(0), "r"(y), "r"(z)
         : "memory");
 }
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(tma::smem(dst)), "l"(src) : "memory");
 }
 
 struct Work {
@@ -129,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
     const int64_t row_stride = static_cast<int64_t>(w.heads) * kRowBytes;
     const int iterations = w.chunk_keys / kStageKeys;
     if (M != kCpAsync && tid == 0) {
-        for (int s = 0; s < Stages; ++s) mbar_init(&full[s], 1);
+        for (int s = 0; s < Stages; ++s) tma::init(&full[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
@@ -161,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
             if (tid < 32) {
                 const int page = next_page;
                 next_page = page_of(it + 1);  // its latency hides behind this stage's wait
-                if (tid == 0) mbar_expect(&full[it % Stages], kStage);
+                if (tid == 0) tma::arrive_expect(&full[it % Stages], kStage);
                 __syncwarp();
                 if (tid < kStageKeys / Box) {
                     const int64_t key = first + tid * Box;
@@ -173,14 +154,14 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
                             tensor_2d(kt + at, &k_map, head * kDim + half * 64, y, &full[it % Stages]);
                             tensor_2d(vt + at, &v_map, head * kDim + half * 64, y, &full[it % Stages]);
                         } else {
-                            tensor_4d(kt + at, &k_map, head * 2 + half, in_page, page, &full[it % Stages]);
-                            tensor_4d(vt + at, &v_map, head * 2 + half, in_page, page, &full[it % Stages]);
+                            tma::copy(kt + at, &k_map, 0, head * 2 + half, in_page, page, &full[it % Stages]);
+                            tma::copy(vt + at, &v_map, 0, head * 2 + half, in_page, page, &full[it % Stages]);
                         }
                     }
                 }
             }
         } else if (tid < 32) {
-            if (tid == 0) mbar_expect(&full[it % Stages], kStage);
+            if (tid == 0) tma::arrive_expect(&full[it % Stages], kStage);
             __syncwarp();
             for (int b = tid; b < kStageKeys / Box; b += 32) {
                 const int y = static_cast<int>(physical_row(w, first + b * Box));
@@ -211,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) stream(const __grid_constant__ Work 
             asm volatile("cp.async.wait_group %0;" ::"n"(Stages - 2) : "memory");
             __syncthreads();
         } else {
-            mbar_wait(&full[it % Stages], (it / Stages) & 1);
+            tma::wait(&full[it % Stages], (it / Stages) & 1);
             __syncthreads();  // every thread is past stage it - 1: its slot may be refilled
         }
         issue(it + Stages - 1);

@@ -40,7 +40,7 @@ __device__ __forceinline__ ItemSlotHeader* item_slot(uint8_t* slots, int n) {
     return reinterpret_cast<ItemSlotHeader*>(slots + (n % S::kItemSlots) * S::kItemSlotBytes);
 }
 template <typename S>
-__device__ __forceinline__ const uint8_t* item_slot_q(uint8_t* slots, int n) {
+__device__ __forceinline__ uint8_t* item_slot_q(uint8_t* slots, int n) {
     return slots + (n % S::kItemSlots) * S::kItemSlotBytes + kItemSlotHeaderBytes;
 }
 
@@ -74,7 +74,7 @@ template <typename S, int HeadDim, int QBytes>
 __device__ __forceinline__ void hand_over(const LaunchArgs& a, const Item& w, uint8_t* slots, int n, int lane) {
     constexpr int kPiecesPerRow = HeadDim * QBytes / 16;
     ItemSlotHeader* const h = item_slot<S>(slots, n);
-    uint8_t* const raw = slots + (n % S::kItemSlots) * S::kItemSlotBytes + kItemSlotHeaderBytes;
+    uint8_t* const raw = item_slot_q<S>(slots, n);
     if (n >= S::kItemSlots) tma::wait(&h->empty, ((n / S::kItemSlots) + 1) & 1);  // its previous item, read
     const int group = a.num_heads_q / a.num_heads_k;
     const uint8_t* const q = static_cast<const uint8_t*>(a.q);

@@ -175,10 +175,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         }
         return false;
     };
-    // e4m3 caches: this CTA's n-th item as the producer handed it over (no global load here).
-    const auto handed_over = [&](int index) {
-        const int n = (index - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);
-        ItemSlotHeader* const slot = item_slot<S>(slots, n);
+    // e4m3 caches: the item in this CTA's n-th slot as the producer handed it over (no global
+    // load here).
+    const auto handed_over = [&](ItemSlotHeader* slot, int n) {
         tma::wait(&slot->full, (n / S::kItemSlots) & 1);
         return slot->item;
     };
@@ -189,23 +188,19 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     }
     int stage = 0, buffer = 0;
     for (int index = blockIdx.x; Tail ? more : index < items; index += gridDim.x, buffer ^= 1) {
-        const Item w = kFp8 ? handed_over(index) : next;
+        const int n = (index - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);  // e4m3: the slot's item
+        ItemSlotHeader* const slot = item_slot<S>(slots, n);
+        const Item w = kFp8 ? handed_over(slot, n) : next;
         const int w_tail = Tail ? next_tail : -1;  // before the prefetch below replaces next
         uint8_t* const q_tile = q_smem + buffer * S::kQBytes;
         const int row0 = w.qo_tile * kRows;
         float q_scale = 1.f, k_scale = 1.f, v_scale = 1.f;
         if constexpr (kFp8) {
             fp8::QStaging<T, HeadDim, kConsumers, true, QFp8> staging;
-            const int n = (index - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);
-            ItemSlotHeader* const slot = item_slot<S>(slots, n);
             staging.load_slot(tid, item_slot_q<S>(slots, n), a.q_descale != nullptr ? slot->q_descale : nullptr);
             if (a.k_descale != nullptr) k_scale = slot->k_scale;
             if (a.v_descale != nullptr) v_scale = slot->v_scale;
             q_scale = staging.scale(warp, lane, state, [] { tma::consumers_sync<kConsumers>(); });
-            // The slot is free once every consumer has read it: scale() meets at a barrier where
-            // it rescales (bf16 or e4m3 q); fp16 q meets here.
-            if constexpr (!decltype(staging)::kRescale && !QFp8) tma::consumers_sync<kConsumers>();
-            if (tid == 0) tma::arrive(&slot->empty);
             staging.store(q_tile, tid, q_scale, q_offset);
         } else {
             if (index + static_cast<int>(gridDim.x) < dp) {  // the other buffer's item is done
@@ -220,6 +215,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             flashinfer::cp_async::wait_group<1>();  // this item's Q
         }
         tma::consumers_sync<kConsumers>();
+        // e4m3 caches: every consumer has read the item's slot (and stored its Q tile): free it.
+        if (kFp8 && tid == 0) tma::arrive(&slot->empty);
         uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
         const auto q_address = [&](int step) {
             return reinterpret_cast<T*>(q_tile + q_offset(16 * block + lane % 16, 2 * step + lane / 16));

@@ -44,14 +44,9 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
     return static_cast<uint32_t>(row * HeadDim + (mixed << 4));
 }
 
-// Two e4m3 values (the low 16 bits of x) as an fp16 pair, exactly: every e4m3 value is an fp16
-// value (the kernel multiplies in fp16 for every q type).
-__device__ __forceinline__ uint32_t widen(uint32_t x) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
-    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-// The same for the low (High false) or high half of x, converted from the register's half as it
-// is: no shift ahead of the conversion on the chain from ldmatrix to mma.
+// Two e4m3 values, the low (High false) or high 16 bits of x, as an fp16 pair, exactly: every
+// e4m3 value is an fp16 value (the kernel multiplies in fp16 for every q type). Converted from
+// the register's half as it is: no shift ahead of the conversion on the chain from ldmatrix to mma.
 template <bool High>
 __device__ __forceinline__ uint32_t widen_half(uint32_t x) {
     uint32_t out;
@@ -215,7 +210,8 @@ struct QStaging {
     }
 
     // The CTA's q scale (1 for fp16 q): every thread calls it; `scratch` holds one float per warp
-    // (shared memory nothing else uses meanwhile); one barrier of the Threads, `sync`.
+    // (shared memory nothing else uses meanwhile); one barrier of the Threads, `sync` (none for
+    // fp16 q, which is not rescaled: it returns 1 at once).
     template <typename Sync>
     __device__ __forceinline__ float scale(int warp, int lane, float* scratch, const Sync& sync) const {
         if constexpr (!kRescale && !QFp8) return 1.f;
@@ -260,9 +256,10 @@ struct QStaging {
         return *reinterpret_cast<const uint32_t*>(&h);
     }
 
-    // A pair of e4m3 values (the low 16 bits of x) as an fp16 pair, times factor.
+    // A pair of e4m3 values (the low or High 16 bits of x) as an fp16 pair, times factor.
+    template <bool High>
     __device__ __forceinline__ static uint32_t e4m3_to_half2(uint32_t x, float factor) {
-        const uint32_t exact = widen(x);
+        const uint32_t exact = widen_half<High>(x);
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&exact));
         const __half2 h = __floats2half2_rn(f.x * factor, f.y * factor);
         return *reinterpret_cast<const uint32_t*>(&h);
@@ -279,10 +276,10 @@ struct QStaging {
             if constexpr (QFp8) {
                 const uint4 w = words[n][0];
                 const float factor = __uint_as_float(words[n][1].x) * q_scale;
-                in[0] = make_uint4(e4m3_to_half2(w.x, factor), e4m3_to_half2(w.x >> 16, factor),
-                                   e4m3_to_half2(w.y, factor), e4m3_to_half2(w.y >> 16, factor));
-                in[1] = make_uint4(e4m3_to_half2(w.z, factor), e4m3_to_half2(w.z >> 16, factor),
-                                   e4m3_to_half2(w.w, factor), e4m3_to_half2(w.w >> 16, factor));
+                in[0] = make_uint4(e4m3_to_half2<false>(w.x, factor), e4m3_to_half2<true>(w.x, factor),
+                                   e4m3_to_half2<false>(w.y, factor), e4m3_to_half2<true>(w.y, factor));
+                in[1] = make_uint4(e4m3_to_half2<false>(w.z, factor), e4m3_to_half2<true>(w.z, factor),
+                                   e4m3_to_half2<false>(w.w, factor), e4m3_to_half2<true>(w.w, factor));
             } else {
                 in[0] = words[n][0], in[1] = words[n][1];
                 for (uint4& w : in) {
