@@ -5,8 +5,9 @@
 // with num_splits > 1, and no plan passes new keys. Here those two are fixed (Split on, Append_KV
 // off, ALiBi off as the build defines), so are a local window and softcap (fas_fwd, the only
 // caller that splits, sets neither; plan.cpp splits nothing else), the tiles' evenness and the
-// head dim's are dispatched at run time, and the combine kernel is picked by the split count. The kernels and their launch geometry are FA2's, from the pinned headers; the
-// kernels compiled here are the same code as before (docs/design/build-measurements.md).
+// head dim's are dispatched at run time, and the combine kernel is picked by the split count.
+// The kernels and their launch geometry are FA2's, from the pinned headers; the kernels compiled
+// here are the same code as before (docs/design/build-measurements.md).
 // Included by the fa2_fwd_split kernel TUs only (flashbuild/config/families.py).
 #ifndef FAS_FA2_SPLIT_LAUNCH_CUH
 #define FAS_FA2_SPLIT_LAUNCH_CUH

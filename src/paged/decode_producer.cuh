@@ -63,7 +63,8 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
         const int index = piece ? items + tail_x : round;  // the item's tag
         const Item w = piece ? tail_piece<S::kKeys>(*tail, tail_x++, a.box_shift) : ahead.take(a, items);
         if constexpr (HandoffQBytes > 0) {
-            hand_over<S, S::kRowBytes, HandoffQBytes>(a, w, slots, (round - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x), lane);
+            const int n = (round - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);  // this CTA's n-th item
+            hand_over<S, S::kRowBytes, HandoffQBytes>(a, w, slots, n, lane);
         }
         // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
         // first page's id locates all of them; looked up during the item before where it can be.

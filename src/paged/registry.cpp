@@ -14,8 +14,14 @@ namespace {
 
 // Ends with a sentinel (launch == nullptr) so that a build without paged kernels still has a
 // valid array; the count excludes it.
-#define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, InfoFamily)                                  \
-    {DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, InfoFamily, &launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>, \
+#define FAS_PAGED(DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ, InfoFamily)                 \
+    {DtypeEnum,                                                                            \
+     KvEnum,                                                                               \
+     HeadDim,                                                                              \
+     IsCausal,                                                                             \
+     TileQ,                                                                                \
+     InfoFamily,                                                                           \
+     &launch_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>,                           \
      &occupancy_paged<DtypeEnum, KvEnum, HeadDim, IsCausal, TileQ>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
