@@ -58,8 +58,10 @@ def cache_plan(lib: Library, q, out, k_cache, v_cache, ids, kv_len: int, fp8: bo
     return fn
 
 
-def row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int, repeats: int,
-        dtype=torch.bfloat16, fp8_q: bool = False) -> dict:
+def row_fns(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int,
+            dtype=torch.bfloat16, fp8_q: bool = False):
+    """(callables by column: "16-bit", "e4m3", "e4m3 q" with fp8_q, "read" where it runs; the
+    inputs row() checks against): one decode row over shuffled pages of 16, seeded."""
     torch.manual_seed(0)
     pages_per_seq = (kv_len + PAGE - 1) // PAGE
     num_pages = batch * pages_per_seq
@@ -72,12 +74,21 @@ def row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head
     outs = [torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)]
     fns = {"16-bit": cache_plan(lib, q, outs[0], *caches, ids, kv_len, False),
            "e4m3": cache_plan(lib, q, outs[1], *fp8, ids, kv_len, True, scales)}
+    q8 = q_scale = None
     if fp8_q:
         q_scale = q.float().abs().amax(dim=(0, 2)) / 448.0
         q8 = (q.float() / q_scale[None, :, None]).to(torch.float8_e4m3fn)
         fns["e4m3 q"] = cache_plan(lib, q8, outs[2], *fp8, ids, kv_len, True, scales, q_scale)
     if (reader := read_fn(*fp8)) is not None:
         fns["read"] = reader
+    return fns, (ids, q, q8, q_scale, fp8, scales, outs)
+
+
+def row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int, repeats: int,
+        dtype=torch.bfloat16, fp8_q: bool = False) -> dict:
+    fns, (ids, q, q8, q_scale, fp8, scales, outs) = row_fns(lib, batch, kv_len, heads_q, heads_kv, head_dim, dtype,
+                                                             fp8_q)
+    pages_per_seq = (kv_len + PAGE - 1) // PAGE
     info = fns["e4m3"].info
     shape = f"{info.num_ctas} x {info.ctas_per_sm}/SM, splits {info.kv_splits}"
     times = median_ms_each(fns, repeats)

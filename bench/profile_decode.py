@@ -3,6 +3,11 @@
 bench_decode.py, and the GPU's own memory ceilings measured in the same run.
 
     python3 bench/profile_decode.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
+    python3 bench/profile_decode.py --artifact DIR --fp8-kv --rows 64x4096 8x32768:16/2 --head-dim 128
+
+--fp8-kv profiles bench_fp8_kv's rows instead (pages of 16 shuffled; columns 16-bit, e4m3 and
+e4m3 q: a bf16 cache, an e4m3 one, e4m3 q over it), so that a split e4m3 plan's kernels (decode,
+merge) and the gaps between them can be set against an unsplit row's of the same bytes.
 
 Per column: the period of one call (first kernel start to last kernel end over the calls,
 divided by the calls), each kernel's mean duration and share, and the time no kernel of the
@@ -20,7 +25,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import Library
-from bench_decode import HEAD_DIM, HEADS_KV, ROWS, ceilings, decode_fns
+from bench_decode import HEAD_DIM, HEADS_KV, ROWS, ceilings, decode_fns, parse_row
+from bench_fp8_kv import row_fns
 
 CALLS = 50
 
@@ -53,8 +59,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS])
-    parser.add_argument("--columns", nargs="*", default=["contiguous", "page64", "cudnn"])
+    parser.add_argument("--columns", nargs="*", help="default: contiguous page64 cudnn (--fp8-kv: 16-bit e4m3)")
+    parser.add_argument("--fp8-kv", action="store_true", help="bench_fp8_kv's rows: BATCHxKV[:HQ/HK]")
+    parser.add_argument("--head-dim", type=int, default=HEAD_DIM, help="with --fp8-kv")
     args = parser.parse_args()
+    columns = args.columns or (["16-bit", "e4m3"] if args.fp8_kv else ["contiguous", "page64", "cudnn"])
     lib = Library(args.artifact)
     copy, read = ceilings()
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; ceilings: 1 GiB copy {copy:.2f} TB/s "
@@ -62,17 +71,23 @@ def main() -> None:
     print("| row | column | period per call | TB/s | idle per call | kernel | mean | calls |")
     print("| --- " * 8 + "|")
     for row in args.rows:
-        batch, kv_len = (int(part) for part in row.lower().split("x"))
-        nbytes = batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2
-        fns, _, _ = decode_fns(lib, batch, kv_len, columns=tuple(args.columns))
-        for column in args.columns:
+        if args.fp8_kv:
+            batch, kv_len, heads_q, heads_kv = parse_row(row)[:4]
+            # _inputs: the tensors the plans read, alive until the next row's replace them
+            fns, _inputs = row_fns(lib, batch, kv_len, heads_q, heads_kv, args.head_dim, fp8_q="e4m3 q" in columns)
+            nbytes = {c: batch * kv_len * heads_kv * args.head_dim * 2 * (2 if c == "16-bit" else 1) for c in columns}
+        else:
+            batch, kv_len = (int(part) for part in row.lower().split("x"))
+            fns, _, _ = decode_fns(lib, batch, kv_len, columns=tuple(columns))
+            nbytes = dict.fromkeys(columns, batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2)
+        for column in columns:
             result = kernels_of(fns[column], CALLS)
             if result is None:
                 print(f"| {row} | {column} | no kernels recorded | | | | | |")
                 continue
             period, kernels, idle = result
             for i, (name, (mean, count)) in enumerate(sorted(kernels.items(), key=lambda kv: -kv[1][0])):
-                head = (f"| {row} | {column} | {period:.1f} us | {nbytes / period / 1e6:.2f} | {idle:.1f} us "
+                head = (f"| {row} | {column} | {period:.1f} us | {nbytes[column] / period / 1e6:.2f} | {idle:.1f} us "
                         if i == 0 else "| | | | | ")
                 print(f"{head}| {name[:70]} | {mean:.1f} us | {count} |")
         del fns
