@@ -14,8 +14,6 @@
 
 namespace fas_paged {
 
-constexpr int kFoldStates = 8;
-
 // One chunk (log2 LSE s, values v) into a state (m, d, o); chunks that saw no key (s = -inf) skip.
 template <int K>
 __device__ __forceinline__ void fold_step(float& m, float& d, float (&o)[K], float s, const float (&v)[K]) {

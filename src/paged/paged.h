@@ -202,6 +202,11 @@ constexpr int kTailMaxPieces = 4;
 // Bytes per element of a split plan's partial rows: fp32 from both kernels (launch.cuh).
 constexpr int kPartialElementBytes = 4;
 
+// The fold of a split row's chunks (fold.cuh) keeps this many running states, chunk c in state
+// c % kFoldStates; the planner lets the decode kernel fold tiles of at most this many chunks
+// (plan.cpp: one round of loads).
+constexpr int kFoldStates = 8;
+
 struct Kernel {
     fas_dtype dtype;     // q and out
     fas_dtype kv_dtype;  // the caches: dtype, or FAS_DTYPE_E4M3

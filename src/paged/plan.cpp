@@ -24,9 +24,11 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Most chunks per tile that the decode kernel folds itself (create_plan); more take the merge
-// kernel, whose many CTAs beat one CTA's serial fold (docs/design/device-lengths.md).
-constexpr int kFoldMaxChunks = 4;
+// Most chunks per tile that the decode kernel folds itself (create_plan): one round of the fold's
+// loads (fold.cuh: kFoldStates). More take the merge kernel, whose many CTAs beat one CTA's serial
+// rounds; up to 8 the fold in the kernel's tail beats the merge kernel's launch and run
+// (docs/design/device-lengths.md).
+constexpr int kFoldMaxChunks = kFoldStates;
 
 // The work of one layout in host memory, in the order the device arrays take it.
 struct HostSchedule {
