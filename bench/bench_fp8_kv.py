@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,8 @@ def cache_plan(lib: Library, q, out, k_cache, v_cache, ids, kv_len: int, fp8: bo
 def row_fns(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int,
             dtype=torch.bfloat16, fp8_q: bool = False):
     """(callables by column: "16-bit", "e4m3", "e4m3 q" with fp8_q, "read" where it runs; the
-    inputs row() checks against): one decode row over shuffled pages of 16, seeded."""
+    inputs row() checks against, which also keep the plans' tensors alive): one decode row over
+    shuffled pages of 16, seeded."""
     torch.manual_seed(0)
     pages_per_seq = (kv_len + PAGE - 1) // PAGE
     num_pages = batch * pages_per_seq
@@ -81,14 +83,14 @@ def row_fns(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, 
         fns["e4m3 q"] = cache_plan(lib, q8, outs[2], *fp8, ids, kv_len, True, scales, q_scale)
     if (reader := read_fn(*fp8)) is not None:
         fns["read"] = reader
-    return fns, (ids, q, q8, q_scale, fp8, scales, outs)
+    # order: each sequence's page ids in sequence order, [batch, pages_per_seq]
+    return fns, SimpleNamespace(order=ids.long().view(batch, pages_per_seq), q=q, q8=q8, q_scale=q_scale, fp8=fp8,
+                                scales=scales, outs=outs)
 
 
 def row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head_dim: int, repeats: int,
         dtype=torch.bfloat16, fp8_q: bool = False) -> dict:
-    fns, (ids, q, q8, q_scale, fp8, scales, outs) = row_fns(lib, batch, kv_len, heads_q, heads_kv, head_dim, dtype,
-                                                             fp8_q)
-    pages_per_seq = (kv_len + PAGE - 1) // PAGE
+    fns, inputs = row_fns(lib, batch, kv_len, heads_q, heads_kv, head_dim, dtype, fp8_q)
     info = fns["e4m3"].info
     shape = f"{info.num_ctas} x {info.ctas_per_sm}/SM, splits {info.kv_splits}"
     times = median_ms_each(fns, repeats)
@@ -97,18 +99,17 @@ def row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, head
             fns[name]()
     torch.cuda.synchronize()
     # Reference: SDPA (fp32) over the dequantized cache in sequence order.
-    order = ids.long().view(batch, pages_per_seq)
-    dense = [(f.float() * s[None, None, :, None])[order].reshape(batch, -1, heads_kv, head_dim)[:, :kv_len]
-             for f, s in zip(fp8, scales)]
+    dense = [(f.float() * s[None, None, :, None])[inputs.order].reshape(batch, -1, heads_kv, head_dim)[:, :kv_len]
+             for f, s in zip(inputs.fp8, inputs.scales)]
 
     def relative_error(queries, out):
         reference = F.scaled_dot_product_attention(queries[:, :, None], dense[0].transpose(1, 2),
                                                    dense[1].transpose(1, 2), enable_gqa=heads_q != heads_kv)[:, :, 0]
         return ((out.float() - reference).abs().max() / reference.abs().max()).item()
 
-    errors = {"e4m3": relative_error(q.float(), outs[1])}
+    errors = {"e4m3": relative_error(inputs.q.float(), inputs.outs[1])}
     if fp8_q:
-        errors["e4m3 q"] = relative_error(q8.float() * q_scale[None, :, None], outs[2])
+        errors["e4m3 q"] = relative_error(inputs.q8.float() * inputs.q_scale[None, :, None], inputs.outs[2])
     return {"times": times, "errors": errors, "shape": shape}
 
 

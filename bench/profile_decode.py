@@ -25,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from common import Library
-from bench_decode import HEAD_DIM, HEADS_KV, ROWS, ceilings, decode_fns, parse_row
+from bench_decode import HEAD_DIM, ROWS, ceilings, decode_fns, parse_row
 from bench_fp8_kv import row_fns
 
 CALLS = 50
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--rows", nargs="*", default=[f"{b}x{s}" for b, s in ROWS])
     parser.add_argument("--columns", nargs="*", help="default: contiguous page64 cudnn (--fp8-kv: 16-bit e4m3)")
-    parser.add_argument("--fp8-kv", action="store_true", help="bench_fp8_kv's rows: BATCHxKV[:HQ/HK]")
+    parser.add_argument("--fp8-kv", action="store_true", help="bench_fp8_kv's columns (rows: BATCHxKV[:HQ/HK])")
     parser.add_argument("--head-dim", type=int, default=HEAD_DIM, help="with --fp8-kv")
     args = parser.parse_args()
     columns = args.columns or (["16-bit", "e4m3"] if args.fp8_kv else ["contiguous", "page64", "cudnn"])
@@ -71,15 +71,16 @@ def main() -> None:
     print("| row | column | period per call | TB/s | idle per call | kernel | mean | calls |")
     print("| --- " * 8 + "|")
     for row in args.rows:
+        batch, kv_len, heads_q, heads_kv = parse_row(row)[:4]
         if args.fp8_kv:
-            batch, kv_len, heads_q, heads_kv = parse_row(row)[:4]
             # _inputs: the tensors the plans read, alive until the next row's replace them
             fns, _inputs = row_fns(lib, batch, kv_len, heads_q, heads_kv, args.head_dim, fp8_q="e4m3 q" in columns)
-            nbytes = {c: batch * kv_len * heads_kv * args.head_dim * 2 * (2 if c == "16-bit" else 1) for c in columns}
+            head_dim = args.head_dim
         else:
-            batch, kv_len = (int(part) for part in row.lower().split("x"))
-            fns, _, _ = decode_fns(lib, batch, kv_len, columns=tuple(columns))
-            nbytes = dict.fromkeys(columns, batch * kv_len * HEADS_KV * HEAD_DIM * 2 * 2)
+            fns, _, _ = decode_fns(lib, batch, kv_len, heads_q, heads_kv, columns=tuple(columns))
+            head_dim = HEAD_DIM
+        # K and V bytes: 1 per element in the e4m3 caches, else 2
+        nbytes = {c: batch * kv_len * heads_kv * head_dim * 2 * (1 if c.startswith("e4m3") else 2) for c in columns}
         for column in columns:
             result = kernels_of(fns[column], CALLS)
             if result is None:
