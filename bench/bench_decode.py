@@ -13,8 +13,9 @@ a paged cache with pages of 16 in shuffled order; SDPA cuDNN on the contiguous K
 no copies); `read`: a plain kernel that only reads the same K and V bytes (the row's
 read-streaming limit); KV bandwidth = bytes of K and V / time. Ratios: ours / cuDNN, and our
 bandwidth against the card's device-to-device copy (read + write, as the copy counts them)
-measured at the start of the run. `--columns` adds page1, page64, flash (SDPA flash), fa2 (fas_fwd
-on the same tensors: FA2's kernels, split-KV where the build has them) and step (planning cost:
+measured at the start of the run. `--columns` adds page1, page64, flash (SDPA flash), fwd (fas_fwd
+on the same batch-layout tensors: the paged decode kernel through a plan made in the call, where
+fwd_route.h takes the request, else FA2's kernels; `fa2` before 2026-11-28) and step (planning cost:
 create + 36 runs + destroy_async against 36 runs with the plan reused).
 Timing: common.median_ms_each (rounds in shuffled order, median of samples).
 `--masks` adds a table of the decode kernel with a causal window and with a softcap.
@@ -168,8 +169,8 @@ def decode_fns(lib: Library, batch: int, kv_len: int, heads_q: int = HEADS_Q, he
             fns[name] = sdpa
     if "read" in columns and (reader := read_fn(k, v)) is not None:
         fns["read"] = reader
-    if "fa2" in columns:  # fas_fwd on the same batch-layout tensors: FA2 (its split-KV kernel where built)
-        fns["fa2"] = lib.forward_fn(q, k, v, torch.empty_like(q), True)
+    if "fwd" in columns:  # fas_fwd on the same batch-layout tensors
+        fns["fwd"] = lib.forward_fn(q, k, v, torch.empty_like(q), True)
 
     def check() -> float:
         fns["contiguous"]()
@@ -271,7 +272,7 @@ def main() -> None:
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="BATCHxKV[:HQ/HK][:qN] rows to time")
-    parser.add_argument("--columns", nargs="*", default=[], choices=["page1", "page64", "flash", "fa2", "step"],
+    parser.add_argument("--columns", nargs="*", default=[], choices=["page1", "page64", "flash", "fwd", "step"],
                         help="extra columns beyond contiguous, page16, cudnn and read")
     parser.add_argument("--masks", action="store_true",
                         help="also the window and softcap table (a 4096-key window, softcap 50)")

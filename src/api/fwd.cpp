@@ -1,9 +1,11 @@
-// fas_fwd: validates its arguments into a Layout, plans the FA2 launch (kernel, split count,
-// scratch) and enqueues it, with the scratch from the caller's workspace or cudaMallocAsync.
+// fas_fwd: validates its arguments into a Layout; hands decode-shaped requests to the paged family
+// (fwd_route.h); else plans the FA2 launch (kernel, split count, scratch) and enqueues it, with the
+// scratch from the caller's workspace or cudaMallocAsync.
 #include "api/fwd.h"
 
 #include <cstring>
 
+#include "api/fwd_route.h"
 #include "core/device.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -62,12 +64,11 @@ fas_status validate(const fas_fwd_args* user_args, Call* call) {
     return FAS_SUCCESS;
 }
 
-fas_status validate_and_plan(const fas_fwd_args* user_args, Call* call) {
-    fas_status status = validate(user_args, call);
-    if (status != FAS_SUCCESS) return status;
+// The FA2 launch of a validated call.
+fas_status plan_fa2(Call* call) {
     const Layout& layout = call->layout;
     const fas_fa2::Kernel* plain_kernel = nullptr;
-    status = fas_fa2::select_plain_kernel(layout.dtype, layout.head_dim, layout.causal, &plain_kernel);
+    fas_status status = fas_fa2::select_plain_kernel(layout.dtype, layout.head_dim, layout.causal, &plain_kernel);
     if (status != FAS_SUCCESS) return status;
     DeviceProps device{};
     status = check_current_device(&device);
@@ -106,7 +107,16 @@ private:
 
 fas_status run_forward(const fas_fwd_args* user_args) {
     Call call{};
-    fas_status status = validate_and_plan(user_args, &call);
+    fas_status status = validate(user_args, &call);
+    if (status != FAS_SUCCESS) return status;
+    if (routes_to_paged(call.args, call.layout)) {
+        status = check_no_pending_cuda_error();
+        if (status != FAS_SUCCESS) return status;
+        bool routed = false;
+        status = run_on_paged(call.args, call.layout, &routed);
+        if (status != FAS_SUCCESS || routed) return status;
+    }
+    status = plan_fa2(&call);
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
@@ -140,7 +150,13 @@ fas_status run_forward(const fas_fwd_args* user_args) {
 fas_status forward_workspace_size(const fas_fwd_args* args, size_t* bytes) {
     if (bytes == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "bytes is NULL; pass a size_t to receive the size");
     Call call{};
-    const fas_status status = validate_and_plan(args, &call);
+    fas_status status = validate(args, &call);
+    if (status != FAS_SUCCESS) return status;
+    if (routes_to_paged(call.args, call.layout)) {  // the plan's memory is the library's own
+        *bytes = 0;
+        return FAS_SUCCESS;
+    }
+    status = plan_fa2(&call);
     if (status == FAS_SUCCESS) *bytes = call.plan.scratch_bytes;
     return status;
 }

@@ -1,4 +1,5 @@
-// fas_fwd: the one-call forward pass on the FA2 family, and its workspace size.
+// fas_fwd: the one-call forward pass on the FA2 family (decode-shaped calls on the paged family:
+// fwd_route.h), and its workspace size.
 #ifndef FAS_API_FWD_H
 #define FAS_API_FWD_H
 

@@ -253,7 +253,7 @@ fas_status adopt(std::unique_ptr<fas_plan> plan, std::unique_ptr<FamilyPlan> imp
     return FAS_SUCCESS;
 }
 
-fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix) {
+fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix, bool paged_only = false) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
     fas_plan_args args;
@@ -335,6 +335,7 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
         plan->sm90_unused_reason = kv.paged ? sm90_reason : decode_shaped_reason();
         return adopt(std::move(plan), family_plan(std::move(paged)), plan_out);
     }
+    if (paged_only) return FAS_SUCCESS;  // *plan_out stays NULL: the paged family does not serve it
     if (fp8 && sm90_kernel == nullptr) {
         const bool wrong_device = !device.is_sm90();
         return fail(wrong_device ? FAS_ERROR_UNSUPPORTED_DEVICE : FAS_ERROR_NOT_BUILT,
@@ -382,6 +383,8 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
 fas_status create_plan(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, true); }
 
 fas_status create_plan_part(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false); }
+
+fas_status create_paged_plan(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false, true); }
 
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     fas_status status = check_plan(plan);

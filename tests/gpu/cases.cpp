@@ -100,28 +100,15 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         CUDA_CHECK(cudaMemcpyAsync(cu_k_dev.as<void>(), cu_seqlens_k.data(), cu_k_dev.bytes(), cudaMemcpyHostToDevice, stream));
     }
 
-    fas_fwd_args args;
-    fas_fwd_args_init(&args);
-    args.dtype = c.dtype;
-    args.q = q_dev.as<void>();
-    args.k = k_dev.as<void>();
-    args.v = v_dev.as<void>();
-    args.out = out_dev.as<void>();
-    args.softmax_lse = lse_dev.as<float>();
+    fas_fwd_args args = fwd_args(c.dtype, q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(),
+                                 batch, max_q, max_k, c.heads_q, c.heads_kv, d, c.causal, stream);
+    args.softmax_lse = c.expect_paged_forward ? nullptr : lse_dev.as<float>();
     args.cu_seqlens_q = c.varlen ? cu_q_dev.as<int32_t>() : nullptr;
     args.cu_seqlens_k = c.varlen ? cu_k_dev.as<int32_t>() : nullptr;
-    args.batch_size = batch;
-    args.max_seqlen_q = max_q;
-    args.max_seqlen_k = max_k;
-    args.num_heads_q = c.heads_q;
-    args.num_heads_k = c.heads_kv;
-    args.head_dim = d;
     args.q_row_stride = c.row_padding ? static_cast<int64_t>(q_stride) : 0;
     args.k_row_stride = c.row_padding ? static_cast<int64_t>(kv_stride) : 0;
     args.v_row_stride = c.row_padding ? static_cast<int64_t>(kv_stride) : 0;
     args.out_row_stride = c.row_padding ? static_cast<int64_t>(q_stride) : 0;
-    args.causal = c.causal ? 1 : 0;
-    args.stream = stream;
     args.total_q = static_cast<int>(total_q);
 
     size_t workspace_bytes = 0;
@@ -220,6 +207,10 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         if (c.expect_split_kv && workspace_bytes == 0) {
             return {false, "the split-KV kernel was not selected (no accumulator workspace requested)"};
         }
+        if (c.expect_paged_forward && workspace_bytes != 0) {
+            return {false, "fas_fwd kept a decode-shaped request on FA2 (it asks for " + std::to_string(workspace_bytes) +
+                               " bytes of LSE scratch)"};
+        }
         DeviceBuffer workspace(c.pass_workspace ? workspace_bytes : 0);
         args.workspace = workspace.as<void>();
         args.workspace_bytes = workspace.bytes();
@@ -238,7 +229,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     const float scale = 1.f / std::sqrt(static_cast<float>(d));
     const Reference ref = compute_reference(c, q_values, k_values, v_values, scale);
     OutputView view{out_host.data(), q_stride};
-    view.lse = lse_host.data();
+    view.lse = c.expect_paged_forward ? nullptr : lse_host.data();
     view.lse_layout = lse_token_major ? LseLayout::kTokenMajor : c.varlen ? LseLayout::kHeadMajor : LseLayout::kBatch;
     view.lse_rows = total_q;
     const Comparison result = compare_with_reference(c, ref, view);

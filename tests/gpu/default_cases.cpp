@@ -171,6 +171,13 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             decode.plan_runs = 2;
             decode.expect_family = FAS_FAMILY_PAGED;
             cases.push_back(decode);
+            // fas_fwd's decode-shaped batch requests run there too (a plan made in the call): one
+            // query with the LSE (split keys, folded), and 4 queries without it.
+            AttentionCase fwd{"fwd-decode-paged", dtype, 16, 2, info.head_dim, true, false, {1, 1, 1}, {4097, 4097, 4097}};
+            cases.push_back(fwd);
+            AttentionCase fwd_spec{"fwd-decode-paged-4q", dtype, 16, 2, info.head_dim, true, false, {4, 4}, {300, 300}};
+            fwd_spec.expect_paged_forward = true;
+            cases.push_back(fwd_spec);
             // 4 queries x GQA 8: 32-row tiles of the decode kernel up to head dim 128.
             AttentionCase pair = decode;
             pair.config = "plan-decode-contiguous-pair";

@@ -207,6 +207,7 @@ int run(const Options& options) {
         for (const AttentionCase& c : cases) report_attention_case(c, case_seed++, stream, &tally);
         // Fixed seeds of their own, so the attention cases above keep theirs.
         if (!options.custom && group("attention")) report_workspace_bounds_cases(dtype, stream, &tally);
+        if (!options.custom && group("attention")) report_fwd_capture_cases(dtype, stream, &tally);
         if (!options.custom && group("paged")) report_paged_cases(dtype, options.quick, stream, &tally);
         if (!options.custom && group("append")) report_append_cases(dtype, options.quick, stream, &tally);
         if (!options.custom && group("merge")) report_merge_cases(dtype, options.quick, stream, &tally);

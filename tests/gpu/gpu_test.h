@@ -132,6 +132,29 @@ inline fas_plan_run_args plan_run_args(const void* q, const void* k, const void*
     return args;
 }
 
+// fas_fwd's arguments: the tensors, the batch's shape and mask and the stream; the rest (LSE,
+// offsets, strides, workspace) as fas_fwd_args_init leaves it.
+inline fas_fwd_args fwd_args(fas_dtype dtype, const void* q, const void* k, const void* v, void* out, int batch,
+                             int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim, bool causal,
+                             cudaStream_t stream) {
+    fas_fwd_args args;
+    fas_fwd_args_init(&args);
+    args.dtype = dtype;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.out = out;
+    args.batch_size = batch;
+    args.max_seqlen_q = max_seqlen_q;
+    args.max_seqlen_k = max_seqlen_k;
+    args.num_heads_q = heads_q;
+    args.num_heads_k = heads_kv;
+    args.head_dim = head_dim;
+    args.causal = causal ? 1 : 0;
+    args.stream = stream;
+    return args;
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the library and the device offer.
 
@@ -248,6 +271,9 @@ struct AttentionCase {
     int row_padding = 0;          // extra elements per token row, to exercise row strides
     bool pass_workspace = true;   // false: let the library allocate its own scratch
     bool expect_split_kv = false; // the split-KV kernel must be chosen (checked via workspace size)
+    // fas_fwd, batch layout: passes no LSE, and fas_fwd_workspace_size must report 0 (the paged
+    // family's plan, whose memory is the library's; FA2 would ask for its LSE scratch)
+    bool expect_paged_forward = false;
     bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
     int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
     int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)
@@ -313,6 +339,8 @@ void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t s
 
 // workspace_bounds.cpp: fas_fwd scratch stays inside the workspace it was given.
 void report_workspace_bounds_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
+// fwd_capture.cpp: a decode-shaped fas_fwd eager (paged family) and captured into a graph (FA2).
+void report_fwd_capture_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 
 // misuse.cpp: invalid arguments are refused; shared buffers without shared bytes are accepted.
 // Refused means: FAS_ERROR_INVALID_ARGUMENT, a message, and no CUDA error left pending.

@@ -51,20 +51,8 @@ const NegativeCase kNegativeCases[] = {
 
 CaseOutcome run_negative_case(const NegativeCase& negative, fas_dtype dtype, cudaStream_t stream) {
     DeviceBuffer q_dev(1 << 16), k_dev(1 << 16), v_dev(1 << 16), out_dev(1 << 16);
-    fas_fwd_args args;
-    fas_fwd_args_init(&args);
-    args.dtype = dtype;
-    args.q = q_dev.as<void>();
-    args.k = k_dev.as<void>();
-    args.v = v_dev.as<void>();
-    args.out = out_dev.as<void>();
-    args.batch_size = 1;
-    args.max_seqlen_q = 4;
-    args.max_seqlen_k = 4;
-    args.num_heads_q = 2;
-    args.num_heads_k = 1;
-    args.head_dim = 64;
-    args.stream = stream;
+    fas_fwd_args args = fwd_args(dtype, q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(), 1, 4,
+                                 4, 2, 1, 64, false, stream);
     negative.break_args(args);
     const fas_status status = fas_fwd(&args);
     return refusal_outcome(status, fas_get_last_error(), true);

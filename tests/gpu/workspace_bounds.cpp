@@ -62,25 +62,13 @@ CaseOutcome run_lse_scratch_case(fas_dtype dtype, bool pass_workspace, cudaStrea
     upload(cu_k_dev.as<void>(), kCuSeqlensK, sizeof kCuSeqlensK);
     fill(out_dev.as<void>(), 0xFF, out_dev.bytes());
 
-    fas_fwd_args args;
-    fas_fwd_args_init(&args);
-    args.dtype = dtype;
-    args.q = q_dev.as<void>();
-    args.k = k_dev.as<void>();
-    args.v = v_dev.as<void>();
-    args.out = out_dev.as<void>();
-    args.softmax_lse = nullptr;
+    // Batch of 2 with at most 9 queries and 11 keys (the offsets above), no LSE.
+    fas_fwd_args args = fwd_args(dtype, q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(), batch,
+                                 *std::max_element(seqlens_q.begin(), seqlens_q.end()),
+                                 *std::max_element(seqlens_k.begin(), seqlens_k.end()), kHeadsQ, kHeadsKv, kHeadDim,
+                                 kCausal, stream);
     args.cu_seqlens_q = cu_q_dev.as<int32_t>();
     args.cu_seqlens_k = cu_k_dev.as<int32_t>();
-    args.batch_size = batch;
-    args.max_seqlen_q = *std::max_element(seqlens_q.begin(), seqlens_q.end());  // 9
-    args.max_seqlen_k = *std::max_element(seqlens_k.begin(), seqlens_k.end());  // 11
-    args.num_heads_q = kHeadsQ;
-    args.num_heads_k = kHeadsKv;
-    args.head_dim = kHeadDim;
-    args.causal = kCausal ? 1 : 0;
-    args.stream = stream;
-    args.total_q = 0;
 
     size_t workspace_bytes = 0;
     if (fas_fwd_workspace_size(&args, &workspace_bytes) != FAS_SUCCESS) {

@@ -1,0 +1,91 @@
+// fas_fwd's decode-shaped requests on the paged family. FA2's split-KV and plain kernels read
+// K and V at 0.3-0.7 TB/s on these shapes where the paged decode kernel reads 3-4.4 (H200), and a
+// plan made per call costs at most 3% of the call (docs/design/fa2-routing.md).
+#include "api/fwd_route.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/plan.h"
+#include "core/device.h"
+#include "core/kv_cache.h"
+#include "paged/paged.h"
+
+namespace fas {
+
+namespace {
+
+// Sequence i's rows start at i * length: the batch layout's offsets, on the host.
+std::vector<int32_t> uniform_offsets(int batch_size, int length) {
+    std::vector<int32_t> offsets(static_cast<size_t>(batch_size) + 1);
+    for (int i = 0; i <= batch_size; ++i) offsets[i] = i * length;
+    return offsets;
+}
+
+}  // namespace
+
+bool routes_to_paged(const fas_fwd_args& args, const Layout& layout) {
+    if (layout.varlen || layout.max_seqlen_q > kMaxDecodeQueries || layout.max_seqlen_k < 1) return false;
+    if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
+    if (args.softmax_lse != nullptr && layout.max_seqlen_q > 1) return false;
+    if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return false;
+    // Every row offset must fit the plan's int32 offsets.
+    if (static_cast<int64_t>(layout.batch_size) * std::max(layout.max_seqlen_q, layout.max_seqlen_k) > INT32_MAX) {
+        return false;
+    }
+    DeviceProps device{};
+    if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
+    std::string why;
+    return fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+                                    layout.num_heads_q / layout.num_heads_k,
+                                    fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr;
+}
+
+fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* routed) {
+    *routed = false;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(args.stream, &capture) != cudaSuccess) {
+        cudaGetLastError();  // FA2's launch meets the same stream and reports what is wrong with it
+        return FAS_SUCCESS;
+    }
+    if (capture != cudaStreamCaptureStatusNone) return FAS_SUCCESS;
+    const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
+    const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
+    fas_plan_args plan_args{};
+    plan_args.struct_size = sizeof(plan_args);
+    plan_args.dtype = layout.dtype;
+    plan_args.out_dtype = layout.dtype;
+    plan_args.cu_seqlens_q = cu_q.data();
+    plan_args.cu_seqlens_k = cu_k.data();
+    plan_args.batch_size = layout.batch_size;
+    plan_args.num_heads_q = layout.num_heads_q;
+    plan_args.num_heads_k = layout.num_heads_k;
+    plan_args.head_dim = layout.head_dim;
+    plan_args.q_row_stride = layout.q_row_stride;
+    plan_args.k_row_stride = layout.k_row_stride;
+    plan_args.v_row_stride = layout.v_row_stride;
+    plan_args.out_row_stride = layout.out_row_stride;
+    plan_args.softmax_scale = layout.softmax_scale;
+    plan_args.causal = layout.causal ? 1 : 0;
+    plan_args.stream = args.stream;
+    fas_plan* plan = nullptr;
+    fas_status status = create_paged_plan(&plan_args, &plan);
+    if (status != FAS_SUCCESS || plan == nullptr) return status;
+    *routed = true;
+    fas_plan_run_args run{};
+    run.struct_size = sizeof(run);
+    run.q = args.q;
+    run.k = args.k;
+    run.v = args.v;
+    run.out = args.out;
+    run.softmax_lse = args.softmax_lse;
+    run.stream = args.stream;
+    status = run_plan(plan, &run);
+    // Released once the run is done on the device, whether or not it was enqueued.
+    const fas_status retired = destroy_plan_async(plan, args.stream);
+    return status != FAS_SUCCESS ? status : retired;
+}
+
+}  // namespace fas
