@@ -43,6 +43,11 @@ DEFAULT_ROWS = ([f"{b}x{s}:{hq}/{hk}" for b, s in ROWS for hq, hk in HEADS]
                 + [f"{b}x{s}:16/2:q4" for b, s in ROWS])
 
 
+def kv_label(kv_len: int) -> str:
+    """4096 -> 4k; counts that are not whole kibikeys as they are (4097, 1023)."""
+    return f"{kv_len // 1024}k" if kv_len % 1024 == 0 else str(kv_len)
+
+
 def parse_row(text: str) -> tuple[int, int, int, int, int]:
     """BATCHxKV[:HQ/HK][:qN] -> (batch, kv_len, heads_q, heads_kv, queries)."""
     parts = text.lower().split(":")
@@ -249,7 +254,7 @@ def print_mask_rows(lib: Library, repeats: int) -> None:
         plain, window, capped = (t.get(n) for n in ("plain", "window", "softcap"))
         row_bytes = batch * HEADS_KV * HEAD_DIM * 2 * 2
         in_window = min(kv_len, WINDOW_LEFT + 1)
-        print(f"| {batch} x {kv_len // 1024}k | {us(plain)} | {tbps(row_bytes * kv_len, plain)} | {us(window)} "
+        print(f"| {batch} x {kv_label(kv_len)} | {us(plain)} | {tbps(row_bytes * kv_len, plain)} | {us(window)} "
               f"| {tbps(row_bytes * in_window, window)} | {plain / window:.1f}x | {row['error']:.1e} | {us(capped)} "
               f"| {plain / capped:.2f}x |", flush=True)
         torch.cuda.empty_cache()
@@ -305,7 +310,7 @@ def main() -> None:
         if "step" in columns:
             step, layers = t.get("step"), t.get("layers")
             cells += f" {(step - layers) / layers * 100:.1f}% |" if isinstance(step, float) else " n/a |"
-        print(f"| {batch} x {kv_len // 1024}k | {heads_q}/{heads_kv} | {queries} | {nbytes / 1e6:.0f} | {us(ours)} "
+        print(f"| {batch} x {kv_label(kv_len)} | {heads_q}/{heads_kv} | {queries} | {nbytes / 1e6:.0f} | {us(ours)} "
               f"| {tbps(nbytes, ours)} | {us(page16)} | {tbps(nbytes, page16)} | {us(cudnn)} | {tbps(nbytes, cudnn)} "
               f"| {tbps(nbytes, reader)} | {ratio(cudnn, ours)} | {ratio(cudnn, page16)} | {vs_copy} "
               f"| {ratio(reader, cudnn)} | {info.kv_splits} x {info.num_ctas}, {info.ctas_per_sm} | {check():.1e} |"

@@ -174,12 +174,12 @@ std::string paged_unusable_reason(const Layout& layout, const KvCache& kv, const
         request->v_page_stride = kv.v_page_stride;
         return std::string();
     }
-    // Contiguous KV as pages of the largest power of two that every sequence's first row allows.
+    // Contiguous KV as pages whose ids are row numbers (paged.h, kContiguousPageSize).
     request->cu_seqlens_k = kv.cu_seqlens_k;
-    request->page_size = fas_paged::contiguous_page_size(kv.cu_seqlens_k, layout.batch_size);
+    request->page_size = fas_paged::kContiguousPageSize;
     request->num_pages = 0;  // the plan lists its own pages over cu_seqlens_k[batch] rows
-    request->k_page_stride = request->page_size * layout.k_row_stride;
-    request->v_page_stride = request->page_size * layout.v_row_stride;
+    request->k_page_stride = layout.k_row_stride;
+    request->v_page_stride = layout.v_row_stride;
     if (std::max(request->k_page_stride, request->v_page_stride) > kMaxPagedStride) {
         return "the K/V row strides are too large for the paged kernels' 32-bit strides";
     }

@@ -66,11 +66,11 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
             const int n = (round - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x);  // this CTA's n-th item
             hand_over<S, S::kRowBytes, HandoffQBytes>(a, w, slots, n, lane);
         }
-        // Contiguous KV: the plan's pages of a sequence are its rows in order (plan.cpp), so its
-        // first page's id locates all of them; looked up during the item before where it can be.
+        // Contiguous KV: a page's id is its first row (paged.h, kContiguousPageSize), so a
+        // sequence's first page locates all of its rows; looked up during the item before where it can be.
         const int first_row = !Flat || w.iterations == 0 ? 0
                               : next_first.index == index ? next_first.row
-                                                          : a.page_indices[w.page_begin] * a.page_size;
+                                                          : a.page_indices[w.page_begin];
         // The stage after whose copies the next item's first id group (or row) is loaded: a group
         // before the item's end, once take()'s loads of its description have had two stages to land.
         const int next_item_at = max(w.iterations - (1 << id_shift), min(2, w.iterations - 1));
@@ -113,14 +113,14 @@ __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint
             if (it == next_item_at && ahead.index < dp) {
                 const Item n = describe<S::kKeys>(a, ahead.index, ahead.row[0], ahead.seq, ahead.chunk);
                 if constexpr (Flat) {
-                    next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
+                    next_first = FirstRow{ahead.index, n.iterations > 0 ? a.page_indices[n.page_begin] : 0};
                 } else {
                     upcoming.load(a, n, ahead.index, 0, a.box_shift, page_shift, lane);
                 }
             } else if (Tail && it == next_item_at && tail_more()) {  // the next piece (tail_x: its item)
                 const Item n = tail_piece<S::kKeys>(*tail, tail_x, a.box_shift);
                 if constexpr (Flat) {
-                    next_first = FirstRow{items + tail_x, n.iterations > 0 ? a.page_indices[n.page_begin] * a.page_size : 0};
+                    next_first = FirstRow{items + tail_x, n.iterations > 0 ? a.page_indices[n.page_begin] : 0};
                 } else {
                     upcoming.load(a, n, items + tail_x, 0, a.box_shift, page_shift, lane);
                 }

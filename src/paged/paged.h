@@ -88,8 +88,8 @@ struct LaunchArgs {
     const float* sinks;
     // kStream: the caches as tensor maps (tensor_map.h; a box is 1 << box_shift rows of one
     // 128-byte segment of a KV head's row), the plan's with each run's cache address. tma_flat:
-    // the map's rows are the cache's rows, one page of them (contiguous KV: row = page x
-    // page_size + key); else rows of a page, and pages.
+    // the map's rows are the cache's rows, one page of them (contiguous KV: row = the first
+    // page's id + key); else rows of a page, and pages.
     int box_shift;
     bool tma_flat;
     CUtensorMap k_map, v_map;
@@ -298,9 +298,11 @@ struct Plan {
     ~Plan() { fas::device_block_release(block); }
 };
 
-// The contiguous-KV page size: the largest power of two <= 256 dividing every sequence's first
-// key row (sequences without keys do not count).
-int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size);
+// Contiguous KV as pages: a plan lists each sequence's keys as pages of this many rows whose ids
+// are row numbers (each page's first row), with the row stride as page stride, so a sequence may
+// start at any row. (Page ids of page_size rows made a start at an odd row pages of 1: 64 x 4097
+// keys listed 262k ids, ~0.9 ms of planning a call; docs/design/fa2-routing.md.)
+constexpr int kContiguousPageSize = 256;
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out);

@@ -81,7 +81,7 @@ void build_schedule(const fas::Layout& layout, const PlanRequest& request, int t
         s->page_indptr[i + 1] = s->page_indptr[i] + pages;
         s->last_page_len[i] = pages == 0 ? 0 : kv_len[i] - (pages - 1) * page;
         if (request.cu_seqlens_k != nullptr) {  // contiguous KV: the plan lists its own pages
-            for (int32_t p = 0; p < pages; ++p) s->page_ids.push_back(request.cu_seqlens_k[i] / page + p);
+            for (int32_t p = 0; p < pages; ++p) s->page_ids.push_back(request.cu_seqlens_k[i] + p * page);
         }
     }
 
@@ -155,15 +155,6 @@ const int32_t* place(const std::vector<int32_t>& values, char* staging, const ch
 }
 
 }  // namespace
-
-int contiguous_page_size(const int32_t* cu_seqlens_k, int batch_size) {
-    int page = 256;
-    for (int i = 0; i < batch_size; ++i) {
-        if (cu_seqlens_k[i + 1] == cu_seqlens_k[i]) continue;
-        while (cu_seqlens_k[i] % page != 0) page /= 2;
-    }
-    return page;
-}
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,
                        const fas::DeviceProps& device, std::unique_ptr<Plan>* out) {
