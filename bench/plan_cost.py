@@ -3,6 +3,14 @@ synchronize), fas_plan_destroy_async (right after the plan's run, no synchronize
 fas_plan_run enqueue, for a few layouts (bf16, 16 heads). Runs on a GPU machine with PyTorch:
 
     python3 bench/plan_cost.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a [more ...]
+    python3 bench/plan_cost.py --artifact DIR --decode   # planning per call, decode rows in turn
+
+--decode: decode rows (bf16, hd128, one query, contiguous KV) one after another, as an engine
+whose batch changes meets them: per row, time per call with one plan reused against a plan made,
+run and released with fas_plan_destroy_async in every call (no synchronize), and the host time
+of those fas_plan_create calls (which includes waiting for the device once 8 released plans are
+still in flight). A later row whose plan needs a larger block than the earlier rows left in the
+library's block cache shows here (docs/design/fa2-routing.md).
 """
 
 from __future__ import annotations
@@ -15,7 +23,49 @@ from pathlib import Path
 
 import torch
 
-from common import QWEN_VARLEN_LENGTHS, Libraries
+import fas_ctypes
+from common import QWEN_VARLEN_LENGTHS, Libraries, Library, fas_dtype
+
+DECODE_ROWS = [(64, 4096, 16, 2), (8, 32768, 16, 2), (1, 131072, 16, 2), (1, 131072, 8, 1), (4, 32768, 16, 2)]
+
+
+def decode_rows(lib: Library, count: int) -> None:
+    stream = torch.cuda.current_stream().cuda_stream
+    print(f"GPU: {torch.cuda.get_device_name()}; {count} calls each (second of two passes)\n")
+    print("| batch x KV | heads | splits x CTAs, CTAs/SM | plan reused (us/call) | planned per call (us/call) "
+          "| fas_plan_create in those calls (us) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for batch, kv_len, heads_q, heads_kv in DECODE_ROWS:
+        q = torch.randn(batch, 1, heads_q, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(batch, kv_len, heads_kv, 128, device="cuda", dtype=torch.bfloat16)
+        v, out = torch.randn_like(k), torch.empty_like(q)
+        plan_args = fas_ctypes.PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch,
+                                            num_heads_q=heads_q, num_heads_k=heads_kv, head_dim=128, causal=1,
+                                            stream=stream)
+        fas_ctypes.uniform_lengths(plan_args, batch, 1, keys=kv_len)
+        run = fas_ctypes.PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
+                                         stream=stream)
+        kept = lib.plan_create(plan_args)
+        info = lib.plan_info(kept)
+        per_call = {}
+        for mode in ("reused", "per call"):
+            for _ in range(2):  # the second pass is kept
+                torch.cuda.synchronize()
+                start, creating = time.perf_counter(), 0.0
+                for _ in range(count):
+                    if mode == "reused":
+                        lib.check(lib.dll.fas_plan_run(kept, ctypes.byref(run)))
+                        continue
+                    before = time.perf_counter()
+                    handle = lib.plan_create(plan_args)
+                    creating += time.perf_counter() - before
+                    lib.check(lib.dll.fas_plan_run(handle, ctypes.byref(run)))
+                    lib.check(lib.dll.fas_plan_destroy_async(handle, stream))
+                torch.cuda.synchronize()
+                per_call[mode] = ((time.perf_counter() - start) / count * 1e6, creating / count * 1e6)
+        lib.check(lib.dll.fas_plan_destroy(kept))
+        print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {info.kv_splits} x {info.num_ctas}, {info.ctas_per_sm} "
+              f"| {per_call['reused'][0]:.0f} | {per_call['per call'][0]:.0f} | {per_call['per call'][1]:.0f} |")
 
 LAYOUTS = [([1024] * 16, 64, False), ([1024] * 16, 128, True), ([4096] * 4, 128, True),
            ([16384], 64, True), ([16384], 128, False), (QWEN_VARLEN_LENGTHS, 128, True)]
@@ -25,7 +75,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", type=Path, nargs="+", required=True)
     parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--decode", action="store_true", help="planning per call over decode rows in turn")
     args = parser.parse_args()
+    if args.decode:
+        decode_rows(Library(args.artifact[0]), args.count)
+        return
     libs = Libraries(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; {args.count} calls each, median\n")
     print("| layout | hdim | mask | family | fas_plan_create (us) | fas_plan_destroy (us) | "

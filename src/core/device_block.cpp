@@ -32,13 +32,19 @@ size_t count_on_device(const std::vector<DeviceBlock*>& blocks, int device) {
         std::count_if(blocks.begin(), blocks.end(), [device](const DeviceBlock* block) { return block->device == device; }));
 }
 
-// Into the cache, or freed when the cache holds enough of its device. Caller holds the mutex.
+// Into the cache (the back: the cache runs from least to most recently returned); with the cache
+// full of its device's blocks, the least recently returned of them is freed instead. Freeing the
+// returning block instead kept a full cache of an earlier layout's smaller blocks, so that a
+// larger layout planned per call allocated and freed a block every call (~120 us of host time,
+// synchronizing; docs/design/fa2-routing.md). Caller holds the mutex.
 void cache_or_free_locked(DeviceBlock* block) {
-    if (count_on_device(g_cache, block->device) < kCachedBlocksPerDevice) {
-        g_cache.push_back(block);
-    } else {
-        free_block(block);
+    if (count_on_device(g_cache, block->device) >= kCachedBlocksPerDevice) {
+        const auto oldest = std::find_if(g_cache.begin(), g_cache.end(),
+                                         [block](const DeviceBlock* cached) { return cached->device == block->device; });
+        free_block(*oldest);
+        g_cache.erase(oldest);
     }
+    g_cache.push_back(block);
 }
 
 // Moves the retiring blocks of `device` whose stream has passed their retirement to the cache.
