@@ -13,7 +13,10 @@ common.median_ms_each, both in the same rounds; issue 34's bar: graph / host <= 
 each mode (profile_decode.kernels_of: CUPTI through torch.profiler). --modes adds three steps timed
 in the same rounds: the host plan in a graph (what a graph alone gains), the device plan eager with
 its update, and its graph without the update (run once before): whether a graph step's extra time
-is the graph's, the update's or the device plan's own runs (all bits compared).
+is the graph's, the update's or the device plan's own runs (all bits compared). --fwd adds fas_fwd
+over the same keys as contiguous batch-layout tensors: a step of eager calls, and the same step
+captured once and replayed (fas_fwd makes its plan inside each call, captured or not), timed in
+their own rounds, with their bits compared to each other.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import fas_ctypes
 from bench_decode import DEFAULT_ROWS, parse_row
 from common import Library, median_ms_each, ratio
 from profile_decode import kernels_of
-from fas_ctypes import FasError, PlanArgs, PlanRunArgs, PlanUpdateArgs
+from fas_ctypes import FasError, FwdArgs, PlanArgs, PlanRunArgs, PlanUpdateArgs
 
 PAGE = 16
 HEAD_DIM = 128
@@ -118,6 +121,37 @@ def graph_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int
     return times, equal, info
 
 
+def fwd_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, queries: int, layers: int,
+            repeats: int):
+    """(times of an eager and a captured step of fas_fwd calls, whether their outputs are equal)."""
+    dev, bf16 = "cuda", torch.bfloat16
+    q = torch.randn(batch, queries, heads_q, HEAD_DIM, device=dev, dtype=bf16)
+    k = torch.randn(batch, kv_len, heads_kv, HEAD_DIM, device=dev, dtype=bf16)
+    v = torch.randn_like(k)
+    outs, fns = {}, {}
+    for mode in ("fwd eager", "fwd graph"):
+        outs[mode] = torch.empty_like(q)
+        args = FwdArgs.new()
+        args.dtype = fas_ctypes.Dtype.BF16
+        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), outs[mode].data_ptr()
+        args.batch_size, args.max_seqlen_q, args.max_seqlen_k = batch, queries, kv_len
+        args.num_heads_q, args.num_heads_k, args.head_dim, args.causal = heads_q, heads_kv, HEAD_DIM, 1
+
+        def step(on_stream, args=args):
+            args.stream = on_stream
+            for _ in range(layers):
+                lib.check(lib.dll.fas_fwd(ctypes.byref(args)))
+
+        step(torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        fns[mode] = capture(step).replay if mode == "fwd graph" else (
+            lambda step=step: step(torch.cuda.current_stream().cuda_stream))
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    return median_ms_each(fns, repeats), torch.equal(outs["fwd eager"], outs["fwd graph"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="an unpacked artifact folder (lib/, include/)")
@@ -127,15 +161,17 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="kernel durations and idle time per layer")
     parser.add_argument("--modes", action="store_true",
                         help="also the host plan in a graph, the device plan eager and its graph without the update")
+    parser.add_argument("--fwd", action="store_true", help="also fas_fwd steps, eager and captured")
     args = parser.parse_args()
     modes = tuple(MODES) if args.modes else ("host", "graph")
     extra = modes[2:]
+    fwd_columns = " fwd eager step | fwd graph step | fwd graph / eager | fwd equal bits |" if args.fwd else ""
     lib = Library(args.artifact)
     print(f"{torch.cuda.get_device_name()}, flash_attn_standalone {lib.version()}, bf16 hd{HEAD_DIM}, pages of {PAGE}, "
           f"{args.layers} layers a step")
     print("| batch x KV | heads | q | host step | graph step | graph / host | equal bits | splits, CTAs/SM |"
-          + "".join(f" {mode} / host |" for mode in extra))
-    print("| --- " * (8 + len(extra)) + "|")
+          + "".join(f" {mode} / host |" for mode in extra) + fwd_columns)
+    print("| --- " * (8 + len(extra) + 4 * args.fwd) + "|")
     for row in args.rows:
         batch, kv_len, heads_q, heads_kv, queries = parse_row(row)
         try:
@@ -147,9 +183,15 @@ def main() -> None:
             continue
         host = times["host"]
         show = [f"{t * 1e3:.0f} us" if isinstance(t, float) else t for t in (host, times["graph"])]
+        cells = ""
+        if args.fwd:
+            fwd_times, fwd_equal = fwd_row(lib, batch, kv_len, heads_q, heads_kv, queries, args.layers, args.repeats)
+            eager, graph = fwd_times["fwd eager"], fwd_times["fwd graph"]
+            cells = (f" {eager * 1e3:.0f} us | {graph * 1e3:.0f} us | {ratio(eager, graph, 3)} |"
+                     f" {'yes' if fwd_equal else 'NO'} |")
         print(f"| {batch} x {kv_len} | {heads_q}/{heads_kv} | {queries} | {show[0]} | {show[1]} | "
               f"{ratio(host, times['graph'], 3)} | {'yes' if equal else 'NO'} | {info.kv_splits}, {info.ctas_per_sm} |"
-              + "".join(f" {ratio(host, times[mode], 3)} |" for mode in extra), flush=True)
+              + "".join(f" {ratio(host, times[mode], 3)} |" for mode in extra) + cells, flush=True)
 
 
 if __name__ == "__main__":
