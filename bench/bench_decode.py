@@ -15,7 +15,7 @@ read-streaming limit); KV bandwidth = bytes of K and V / time. Ratios: ours / cu
 bandwidth against the card's device-to-device copy (read + write, as the copy counts them)
 measured at the start of the run. `--columns` adds page1, page64, flash (SDPA flash), fwd (fas_fwd
 on the same batch-layout tensors: the paged decode kernel through a plan made in the call, where
-fwd_route.h takes the request, else FA2's kernels; `fa2` before 2026-11-28) and step (planning cost:
+fwd_route.h takes the request, else FA2's kernels) and step (planning cost:
 create + 36 runs + destroy_async against 36 runs with the plan reused).
 Timing: common.median_ms_each (rounds in shuffled order, median of samples).
 `--masks` adds a table of the decode kernel with a causal window and with a softcap.

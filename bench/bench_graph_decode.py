@@ -30,7 +30,7 @@ import fas_ctypes
 from bench_decode import DEFAULT_ROWS, parse_row
 from common import Library, median_ms_each, ratio
 from profile_decode import kernels_of
-from fas_ctypes import FasError, FwdArgs, PlanArgs, PlanRunArgs, PlanUpdateArgs
+from fas_ctypes import FasError, PlanArgs, PlanRunArgs, PlanUpdateArgs
 
 PAGE = 16
 HEAD_DIM = 128
@@ -131,16 +131,11 @@ def fwd_row(lib: Library, batch: int, kv_len: int, heads_q: int, heads_kv: int, 
     outs, fns = {}, {}
     for mode in ("fwd eager", "fwd graph"):
         outs[mode] = torch.empty_like(q)
-        args = FwdArgs.new()
-        args.dtype = fas_ctypes.Dtype.BF16
-        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), outs[mode].data_ptr()
-        args.batch_size, args.max_seqlen_q, args.max_seqlen_k = batch, queries, kv_len
-        args.num_heads_q, args.num_heads_k, args.head_dim, args.causal = heads_q, heads_kv, HEAD_DIM, 1
+        forward = lib.forward_fn(q, k, v, outs[mode], True)
 
-        def step(on_stream, args=args):
-            args.stream = on_stream
+        def step(on_stream, forward=forward):
             for _ in range(layers):
-                lib.check(lib.dll.fas_fwd(ctypes.byref(args)))
+                forward(on_stream)
 
         step(torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()

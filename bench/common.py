@@ -32,7 +32,8 @@ class Library(fas_ctypes.Library):
     """The binding plus the torch-side callables the bench scripts time."""
 
     def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0):
-        """A zero-argument callable that enqueues one forward on the current stream."""
+        """A callable that enqueues one forward on the current stream (of the call that made it), or
+        on the stream handle it is given (a capture's side stream)."""
         args = FwdArgs.new()
         args.dtype = fas_dtype(q)
         args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
@@ -52,7 +53,9 @@ class Library(fas_ctypes.Library):
         workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), size
 
-        def run():
+        def run(stream=None):
+            if stream is not None:
+                args.stream = stream
             self.check(self.dll.fas_fwd(ctypes.byref(args)))
 
         run.keepalive = (args, workspace)

@@ -24,37 +24,29 @@ namespace {
 constexpr const char* kVersionString =
     FAS_STRINGIFY(FAS_VERSION_MAJOR) "." FAS_STRINGIFY(FAS_VERSION_MINOR) "." FAS_STRINGIFY(FAS_VERSION_PATCH);
 
-// Zeroes a size-prefixed struct and sets its size.
-template <typename Args>
-void init_args(Args* args) {
-    if (args == nullptr) return;
-    std::memset(args, 0, sizeof(*args));
-    args->struct_size = sizeof(*args);
-}
-
 }  // namespace
 
 extern "C" {
 
-void fas_fwd_args_init(fas_fwd_args* args) { init_args(args); }
+void fas_fwd_args_init(fas_fwd_args* args) { fas::init_args_struct(args); }
 
-void fas_plan_args_init(fas_plan_args* args) { init_args(args); }
+void fas_plan_args_init(fas_plan_args* args) { fas::init_args_struct(args); }
 
-void fas_plan_run_args_init(fas_plan_run_args* args) { init_args(args); }
+void fas_plan_run_args_init(fas_plan_run_args* args) { fas::init_args_struct(args); }
 
-void fas_plan_update_args_init(fas_plan_update_args* args) { init_args(args); }
+void fas_plan_update_args_init(fas_plan_update_args* args) { fas::init_args_struct(args); }
 
 fas_status fas_plan_update(fas_plan* plan, const fas_plan_update_args* args) {
     return fas::guarded([&] { return fas::update_plan(plan, args); });
 }
 
-void fas_kv_append_args_init(fas_kv_append_args* args) { init_args(args); }
+void fas_kv_append_args_init(fas_kv_append_args* args) { fas::init_args_struct(args); }
 
 fas_status fas_kv_append(const fas_kv_append_args* args) {
     return fas::guarded([&] { return fas::kv_append(args); });
 }
 
-void fas_merge_states_args_init(fas_merge_states_args* args) { init_args(args); }
+void fas_merge_states_args_init(fas_merge_states_args* args) { fas::init_args_struct(args); }
 
 fas_status fas_merge_states(const fas_merge_states_args* args) {
     return fas::guarded([&] { return fas::merge_states(args); });

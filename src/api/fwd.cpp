@@ -109,16 +109,14 @@ fas_status run_forward(const fas_fwd_args* user_args) {
     Call call{};
     fas_status status = validate(user_args, &call);
     if (status != FAS_SUCCESS) return status;
+    status = check_no_pending_cuda_error();
+    if (status != FAS_SUCCESS) return status;
     if (routes_to_paged(call.args, call.layout)) {
-        status = check_no_pending_cuda_error();
-        if (status != FAS_SUCCESS) return status;
         bool routed = false;
         status = run_on_paged(call.args, call.layout, &routed);
         if (status != FAS_SUCCESS || routed) return status;
     }
     status = plan_fa2(&call);
-    if (status != FAS_SUCCESS) return status;
-    status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
 
     const fas_fwd_args& args = call.args;

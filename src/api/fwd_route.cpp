@@ -11,6 +11,7 @@
 #include "api/plan.h"
 #include "core/device.h"
 #include "core/kv_cache.h"
+#include "core/status.h"
 #include "paged/paged.h"
 
 namespace fas {
@@ -53,8 +54,8 @@ fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* ro
     if (capture != cudaStreamCaptureStatusNone) return FAS_SUCCESS;
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
-    fas_plan_args plan_args{};
-    plan_args.struct_size = sizeof(plan_args);
+    fas_plan_args plan_args;
+    init_args_struct(&plan_args);
     plan_args.dtype = layout.dtype;
     plan_args.out_dtype = layout.dtype;
     plan_args.cu_seqlens_q = cu_q.data();
@@ -74,8 +75,8 @@ fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* ro
     fas_status status = create_paged_plan(&plan_args, &plan);
     if (status != FAS_SUCCESS || plan == nullptr) return status;
     *routed = true;
-    fas_plan_run_args run{};
-    run.struct_size = sizeof(run);
+    fas_plan_run_args run;
+    init_args_struct(&run);
     run.q = args.q;
     run.k = args.k;
     run.v = args.v;

@@ -33,10 +33,9 @@ size_t count_on_device(const std::vector<DeviceBlock*>& blocks, int device) {
 }
 
 // Into the cache (the back: the cache runs from least to most recently returned); with the cache
-// full of its device's blocks, the least recently returned of them is freed instead. Freeing the
-// returning block instead kept a full cache of an earlier layout's smaller blocks, so that a
-// larger layout planned per call allocated and freed a block every call (~120 us of host time,
-// synchronizing; docs/design/fa2-routing.md). Caller holds the mutex.
+// full of its device's blocks, the least recently returned of them is freed instead, so that a
+// new layout's larger blocks replace an earlier layout's rather than being allocated and freed
+// every call (docs/design/fa2-routing.md). Caller holds the mutex.
 void cache_or_free_locked(DeviceBlock* block) {
     if (count_on_device(g_cache, block->device) >= kCachedBlocksPerDevice) {
         const auto oldest = std::find_if(g_cache.begin(), g_cache.end(),

@@ -49,6 +49,15 @@ fas_status guarded(Body&& body) noexcept {
     }
 }
 
+// Zeroes a size-prefixed struct and sets its size: what the exported *_init functions do, and
+// what the library does for the structs it fills itself.
+template <typename Args>
+void init_args_struct(Args* args) noexcept {
+    if (args == nullptr) return;
+    std::memset(static_cast<void*>(args), 0, sizeof(*args));
+    args->struct_size = sizeof(*args);
+}
+
 // Every size-prefixed argument struct: present, and at least as large as this version's, so
 // the library never reads past what the caller allocated.
 template <typename Args>

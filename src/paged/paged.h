@@ -299,9 +299,8 @@ struct Plan {
 };
 
 // Contiguous KV as pages: a plan lists each sequence's keys as pages of this many rows whose ids
-// are row numbers (each page's first row), with the row stride as page stride, so a sequence may
-// start at any row. (Page ids of page_size rows made a start at an odd row pages of 1: 64 x 4097
-// keys listed 262k ids, ~0.9 ms of planning a call; docs/design/fa2-routing.md.)
+// are row numbers (each page's first row), with the row stride as page stride, so that a sequence
+// may start at any row and still lists one id per 256 keys (docs/design/fa2-routing.md).
 constexpr int kContiguousPageSize = 256;
 
 fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const PlanRequest& request,

@@ -203,27 +203,14 @@ CaseOutcome run_shared_buffer_case(SharedLayout layout, bool use_plan, fas_dtype
             fas_plan_destroy(plan);
         }
     } else {
-        fas_fwd_args args;
-        fas_fwd_args_init(&args);
-        args.dtype = dtype;
-        args.q = q_ptr;
-        args.k = k_ptr;
-        args.v = v_ptr;
-        args.out = out_ptr;
+        fas_fwd_args args = fwd_args(dtype, q_ptr, k_ptr, v_ptr, out_ptr, 2, 5, 5, kHeads, kHeads, head_dim, causal,
+                                     stream);
         args.cu_seqlens_q = offsets_dev.as<int32_t>();
         args.cu_seqlens_k = offsets_dev.as<int32_t>();
-        args.batch_size = 2;
-        args.max_seqlen_q = 5;
-        args.max_seqlen_k = 5;
-        args.num_heads_q = kHeads;
-        args.num_heads_k = kHeads;
-        args.head_dim = head_dim;
         args.q_row_stride = q_stride;
         args.k_row_stride = kv_stride;
         args.v_row_stride = kv_stride;
         args.out_row_stride = out_stride;
-        args.causal = causal ? 1 : 0;
-        args.stream = stream;
         args.total_q = static_cast<int>(tokens);
         status = fas_fwd(&args);
     }
