@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "api/plan.h"
+#include "core/capture.h"
 #include "core/device.h"
 #include "core/kv_cache.h"
 #include "core/status.h"
@@ -46,12 +47,6 @@ bool routes_to_paged(const fas_fwd_args& args, const Layout& layout) {
 
 fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* routed) {
     *routed = false;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(args.stream, &capture) != cudaSuccess) {
-        cudaGetLastError();  // FA2's launch meets the same stream and reports what is wrong with it
-        return FAS_SUCCESS;
-    }
-    if (capture != cudaStreamCaptureStatusNone) return FAS_SUCCESS;
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
     fas_plan_args plan_args;
@@ -72,7 +67,16 @@ fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* ro
     plan_args.causal = layout.causal ? 1 : 0;
     plan_args.stream = args.stream;
     fas_plan* plan = nullptr;
-    fas_status status = create_paged_plan(&plan_args, &plan);
+    fas_status status = FAS_SUCCESS;
+    if (capturing_graph(args.stream) != nullptr) {
+        // Planning may allocate or wait on the host, which a capture refuses on this thread unless
+        // relaxed; none of it touches the captured stream. The run is captured; the plan's release
+        // on the captured stream hands its memory to the graph (core/device_block.h).
+        RelaxedCaptureScope relaxed;
+        status = create_paged_plan(&plan_args, &plan);
+    } else {
+        status = create_paged_plan(&plan_args, &plan);
+    }
     if (status != FAS_SUCCESS || plan == nullptr) return status;
     *routed = true;
     fas_plan_run_args run;

@@ -16,9 +16,9 @@ namespace fas {
 bool routes_to_paged(const fas_fwd_args& args, const Layout& layout);
 
 // Runs a request that routes_to_paged accepts: a plan over the host offsets i * max_seqlen_q and
-// i * max_seqlen_k, one run, retired on args.stream. *routed = false (FAS_SUCCESS) where the call
-// must stay on FA2 after all: the stream is capturing a graph (the plan's memory would not outlive
-// the call), or the plan's checks turn the request away (strides the paged kernels cannot hold).
+// i * max_seqlen_k, one run, retired on args.stream (while the stream captures a graph, that
+// graph then owns the plan's memory). *routed = false (FAS_SUCCESS) where the call must stay on
+// FA2 after all: the plan's checks turn the request away (strides the paged kernels cannot hold).
 fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* routed);
 
 }  // namespace fas

@@ -1,6 +1,8 @@
 // The per-device cache of schedule blocks behind core/device_block.h.
 #include "core/device_block.h"
 
+#include "core/capture.h"
+
 #include <algorithm>
 #include <mutex>
 #include <new>
@@ -174,14 +176,56 @@ cudaError_t device_block_upload(DeviceBlock* block, size_t bytes, std::string* m
 
 cudaError_t device_block_prepare_run(DeviceBlock* block, cudaStream_t stream) {
     if (block->upload_seen_complete.load(std::memory_order_acquire)) return cudaSuccess;
-    const cudaError_t query = cudaEventQuery(block->uploaded);
-    if (query == cudaSuccess) {
+    cudaError_t error = cudaSuccess;
+    if (capturing_graph(stream) != nullptr) {
+        // A captured stream cannot wait for an event recorded outside its capture: the host does.
+        RelaxedCaptureScope relaxed;
+        error = cudaEventSynchronize(block->uploaded);
+    } else {
+        error = cudaEventQuery(block->uploaded);
+    }
+    if (error == cudaSuccess) {
         block->upload_seen_complete.store(true, std::memory_order_release);
         return cudaSuccess;
     }
-    if (query != cudaErrorNotReady) return query;
+    if (error != cudaErrorNotReady) return error;
     return cudaStreamWaitEvent(stream, block->uploaded, 0);
 }
+
+namespace {
+
+// What a graph's user object holds: the block, released by the object's destructor (where no
+// CUDA call may be made) into the retiring list once the graph and its launches are gone.
+struct GraphHeld {
+    DeviceBlock* block;
+};
+
+void CUDART_CB release_from_graph(void* held) {
+    const GraphHeld* owned = static_cast<GraphHeld*>(held);
+    if (owned->block != nullptr) device_block_release(owned->block);
+    delete owned;
+}
+
+// The capturing graph holds the block: back for reuse when the graph (and every executable graph
+// made from it) is destroyed and its launches have completed. On failure the caller keeps it.
+cudaError_t hand_to_graph(DeviceBlock* block, cudaGraph_t graph) {
+    GraphHeld* held = new (std::nothrow) GraphHeld{block};
+    if (held == nullptr) return cudaErrorMemoryAllocation;
+    cudaUserObject_t object = nullptr;
+    cudaError_t error = cudaUserObjectCreate(&object, held, release_from_graph, 1, cudaUserObjectNoDestructorSync);
+    if (error != cudaSuccess) {
+        delete held;
+        return error;
+    }
+    error = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+    if (error != cudaSuccess) {
+        held->block = nullptr;  // the caller keeps the block; the destructor only frees `held`
+        cudaUserObjectRelease(object, 1);
+    }
+    return error;
+}
+
+}  // namespace
 
 // Onto the retiring list, free once its event has completed (collect_retired_locked). For a plan
 // destroyed after its runs that event is the upload's, which may still be in flight when no run
@@ -194,6 +238,9 @@ void device_block_release(DeviceBlock* block) {
 
 cudaError_t device_block_retire(DeviceBlock* block, cudaStream_t stream) {
     if (block == nullptr) return cudaSuccess;
+    // Retired while `stream` captures a graph: the graph's replays keep using the block, so the
+    // graph owns it (an event recorded in a capture could not be queried for its release anyway).
+    if (const cudaGraph_t graph = capturing_graph(stream); graph != nullptr) return hand_to_graph(block, graph);
     // The upload may have been enqueued on another stream: order it before the retirement too.
     cudaError_t error = cudaStreamWaitEvent(stream, block->uploaded, 0);
     if (error == cudaSuccess) error = cudaEventRecord(block->uploaded, stream);

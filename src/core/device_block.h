@@ -36,7 +36,8 @@ cudaError_t device_block_acquire(size_t bytes, size_t staging_bytes, const char*
 cudaError_t device_block_upload(DeviceBlock* block, size_t bytes, std::string* message);
 
 // Before a launch on stream: makes stream wait for the upload unless it is known complete (then
-// one atomic load; no CUDA call once a run has seen the upload finished).
+// one atomic load; no CUDA call once a run has seen the upload finished). A stream that captures
+// a graph cannot wait for the upload's event: there the host waits for the upload instead.
 cudaError_t device_block_prepare_run(DeviceBlock* block, cudaStream_t stream);
 
 // For a block whose runs have completed: back to the cache (at most 16 per device; beyond that
@@ -44,8 +45,10 @@ cudaError_t device_block_prepare_run(DeviceBlock* block, cudaStream_t stream);
 void device_block_release(DeviceBlock* block);
 
 // Stream-ordered release: the block returns once stream has reached this point. At most 8
-// blocks per device wait so; with 8 waiting, the next acquire waits for the oldest. On a CUDA
-// error the block is left as it was (the caller still owns it). NULL is a no-op.
+// blocks per device wait so; with 8 waiting, the next acquire waits for the oldest. Retired on a
+// stream that captures a graph, the block belongs to that graph (a user object of it) and
+// returns when the graph and its executable graphs are destroyed. On a CUDA error the block is
+// left as it was (the caller still owns it). NULL is a no-op.
 cudaError_t device_block_retire(DeviceBlock* block, cudaStream_t stream);
 
 }  // namespace fas

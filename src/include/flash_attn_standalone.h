@@ -106,9 +106,12 @@
  *   (host offsets i * max_seqlen_q and i * max_seqlen_k), runs it once and releases it with
  *   fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache of
  *   plan blocks, so fas_fwd_workspace_size() reports 0 for such a call. While args->stream is
- *   capturing a CUDA graph the call stays on FA2 (the plan would not outlive the call), which may
- *   then allocate its scratch with cudaMallocAsync as below. Results agree with FA2's within the
- *   same precision; they are not bit-identical to it.
+ *   capturing a CUDA graph (any capture mode) the call is captured the same way: the plan is made
+ *   during the capture, which may allocate device and pinned host memory and wait on the host
+ *   for its upload (under a relaxed capture mode on the calling thread, touching no captured
+ *   stream), and the graph owns the plan's memory until it and every executable graph made from
+ *   it are destroyed; replays give the eager call's results bit for bit. Results agree with
+ *   FA2's within the same precision; they are not bit-identical to it.
  *
  * ERRORS
  *   Every function returning fas_status validates its arguments before it launches anything and

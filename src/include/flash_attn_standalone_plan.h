@@ -346,9 +346,12 @@ FAS_API fas_status fas_plan_destroy(fas_plan* plan);
  * call on `stream` (enqueued on it, or joined to it with cudaStreamWaitEvent), and no other
  * thread may use the plan. The plan's device must be current. The handle is dead after a
  * FAS_SUCCESS return; on failure the plan stays live (fas_plan_destroy still frees it).
- *   SM90 plans: the schedule block returns to the library's cache when the stream gets there;
- *     a later fas_plan_create reuses it. At most 8 blocks per device wait so; when 8 are
- *     still waiting, the next fas_plan_create on that device waits for the oldest.
+ *   SM90 and paged plans: the schedule block returns to the library's cache when the stream
+ *     gets there; a later fas_plan_create reuses it. At most 8 blocks per device wait so; when
+ *     8 are still waiting, the next fas_plan_create on that device waits for the oldest. On a
+ *     stream that is capturing a CUDA graph the block belongs to that graph instead (the
+ *     captured runs replay with it) and returns to the cache once the graph and every
+ *     executable graph instantiated from it are destroyed.
  *   FA2 plans: this synchronizes `stream` and then frees as fas_plan_destroy does (their
  *     memory is freed with cudaFree, which must not overlap the runs).
  * NULL is a no-op returning FAS_SUCCESS. */

@@ -339,7 +339,7 @@ void report_attention_case(const AttentionCase& c, uint64_t seed, cudaStream_t s
 
 // workspace_bounds.cpp: fas_fwd scratch stays inside the workspace it was given.
 void report_workspace_bounds_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
-// fwd_capture.cpp: a decode-shaped fas_fwd eager (paged family) and captured into a graph (FA2).
+// fwd_capture.cpp: a decode-shaped fas_fwd eager and captured into graphs (paged family both).
 void report_fwd_capture_cases(fas_dtype dtype, cudaStream_t stream, Tally* tally);
 
 // misuse.cpp: invalid arguments are refused; shared buffers without shared bytes are accepted.
