@@ -1,6 +1,6 @@
-// fas_fwd: validates its arguments into a Layout; hands decode-shaped requests to the paged family
-// (fwd_route.h); else plans the FA2 launch (kernel, split count, scratch) and enqueues it, with the
-// scratch from the caller's workspace or cudaMallocAsync.
+// fas_fwd: validates its arguments into a Layout; hands batch-layout requests to a plan (the
+// SM90 or paged family: fwd_route.h); else plans the FA2 launch (kernel, split count, scratch)
+// and enqueues it, with the scratch from the caller's workspace or cudaMallocAsync.
 #include "api/fwd.h"
 
 #include <cstring>
@@ -111,9 +111,9 @@ fas_status run_forward(const fas_fwd_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
-    if (routes_to_paged(call.args, call.layout)) {
+    if (routes_to_plan(call.args, call.layout)) {
         bool routed = false;
-        status = run_on_paged(call.args, call.layout, &routed);
+        status = run_on_plan(call.args, call.layout, &routed);
         if (status != FAS_SUCCESS || routed) return status;
     }
     status = plan_fa2(&call);
@@ -150,7 +150,7 @@ fas_status forward_workspace_size(const fas_fwd_args* args, size_t* bytes) {
     Call call{};
     fas_status status = validate(args, &call);
     if (status != FAS_SUCCESS) return status;
-    if (routes_to_paged(call.args, call.layout)) {  // the plan's memory is the library's own
+    if (routes_to_plan(call.args, call.layout)) {  // the plan's memory is the library's own
         *bytes = 0;
         return FAS_SUCCESS;
     }

@@ -1,6 +1,7 @@
-// fas_fwd's decode-shaped requests on the paged family. FA2's split-KV and plain kernels read
-// K and V at 0.3-0.7 TB/s on these shapes where the paged decode kernel reads 3-4.4 (H200), and a
-// plan made per call costs at most 3% of the call (docs/design/fa2-routing.md).
+// fas_fwd's batch-layout requests on the plan families (docs/design/fa2-routing.md): decode-shaped
+// ones on the paged family, whose kernel reads K and V at 3-4.4 TB/s where FA2's split-KV and plain
+// kernels read 0.3-0.7 (H200), the rest on SM90 where it has a kernel. A plan made per call
+// costs at most 3% of a decode call and less of a prefill one.
 #include "api/fwd_route.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "core/kv_cache.h"
 #include "core/status.h"
 #include "paged/paged.h"
+#include "sm90/sm90.h"
 
 namespace fas {
 
@@ -28,8 +30,8 @@ std::vector<int32_t> uniform_offsets(int batch_size, int length) {
 
 }  // namespace
 
-bool routes_to_paged(const fas_fwd_args& args, const Layout& layout) {
-    if (layout.varlen || layout.max_seqlen_q > kMaxDecodeQueries || layout.max_seqlen_k < 1) return false;
+bool routes_to_plan(const fas_fwd_args& args, const Layout& layout) {
+    if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return false;
     if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
     if (args.softmax_lse != nullptr && layout.max_seqlen_q > 1) return false;
     if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return false;
@@ -39,13 +41,15 @@ bool routes_to_paged(const fas_fwd_args& args, const Layout& layout) {
     }
     DeviceProps device{};
     if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
+    if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) != nullptr) return true;
     std::string why;
-    return fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+    return layout.max_seqlen_q <= kMaxDecodeQueries &&
+           fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
                                     layout.num_heads_q / layout.num_heads_k,
                                     fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr;
 }
 
-fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* routed) {
+fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, bool* routed) {
     *routed = false;
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
@@ -73,9 +77,9 @@ fas_status run_on_paged(const fas_fwd_args& args, const Layout& layout, bool* ro
         // relaxed; none of it touches the captured stream. The run is captured; the plan's release
         // on the captured stream hands its memory to the graph (core/device_block.h).
         RelaxedCaptureScope relaxed;
-        status = create_paged_plan(&plan_args, &plan);
+        status = create_plan_without_fa2(&plan_args, &plan);
     } else {
-        status = create_paged_plan(&plan_args, &plan);
+        status = create_plan_without_fa2(&plan_args, &plan);
     }
     if (status != FAS_SUCCESS || plan == nullptr) return status;
     *routed = true;

@@ -253,7 +253,7 @@ fas_status adopt(std::unique_ptr<fas_plan> plan, std::unique_ptr<FamilyPlan> imp
     return FAS_SUCCESS;
 }
 
-fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix, bool paged_only = false) {
+fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_mix, bool no_fa2 = false) {
     if (plan_out == nullptr) return fail(FAS_ERROR_INVALID_ARGUMENT, "plan is NULL; pass a fas_plan* to receive the plan");
     *plan_out = nullptr;
     fas_plan_args args;
@@ -335,7 +335,6 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
         plan->sm90_unused_reason = kv.paged ? sm90_reason : decode_shaped_reason();
         return adopt(std::move(plan), family_plan(std::move(paged)), plan_out);
     }
-    if (paged_only) return FAS_SUCCESS;  // *plan_out stays NULL: the paged family does not serve it
     if (fp8 && sm90_kernel == nullptr) {
         const bool wrong_device = !device.is_sm90();
         return fail(wrong_device ? FAS_ERROR_UNSUPPORTED_DEVICE : FAS_ERROR_NOT_BUILT,
@@ -347,6 +346,7 @@ fas_status create(const fas_plan_args* user_args, fas_plan** plan_out, bool may_
                     concat("sinks are applied by the SM90 16-bit kernels and the paged decode kernel, and neither "
                            "serves this plan (SM90: ", sm90_reason, "); FA2 takes no sinks"));
     }
+    if (no_fa2 && sm90_kernel == nullptr) return FAS_SUCCESS;  // *plan_out stays NULL: FA2 would serve it
     const bool fa2_causal = layout.causal && !has_local_window(layout);  // windows: FA2's local path
     const fas_fa2::Kernel* fa2_kernel =
         sm90_kernel != nullptr ? nullptr : fas_fa2::find_plain_kernel(out_dtype, layout.head_dim, fa2_causal);
@@ -384,7 +384,7 @@ fas_status create_plan(const fas_plan_args* args, fas_plan** plan) { return crea
 
 fas_status create_plan_part(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false); }
 
-fas_status create_paged_plan(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false, true); }
+fas_status create_plan_without_fa2(const fas_plan_args* args, fas_plan** plan) { return create(args, plan, false, true); }
 
 fas_status run_plan(const fas_plan* plan, const fas_plan_run_args* user_args) {
     fas_status status = check_plan(plan);

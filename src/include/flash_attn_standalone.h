@@ -17,8 +17,8 @@
  * OVERVIEW
  *   fas_fwd() computes softmax(scale * Q K^T [+ causal mask]) V for fp16 or bf16 tensors that
  *   already live in device memory, asynchronously on a caller-provided stream, with the FA2
- *   family, except decode-shaped requests (DECODE-SHAPED fas_fwd below), which run on the paged
- *   family's decode kernel through a plan made inside the call. The plan API (fas_plan_create / fas_plan_run / fas_plan_destroy, see PLANS in flash_attn_standalone_plan.h)
+ *   family, except batch-layout requests the plan families serve (BATCH-LAYOUT fas_fwd ON PLANS
+ *   below), which run on the SM90 or paged family through a plan made inside the call. The plan API (fas_plan_create / fas_plan_run / fas_plan_destroy, see PLANS in flash_attn_standalone_plan.h)
  *   does the same for the varlen layout in two steps: a plan made once from the batch layout
  *   (host copies of the offsets), then any number of runs that reuse it; it uses the SM90
  *   family where this build and the device have it, FA2 otherwise.
@@ -92,20 +92,23 @@
  *   The library never keeps caller memory beyond the call's stream work and never frees it.
  *   Some FA2 calls need device scratch: the LSE when softmax_lse is NULL, and the split-KV
  *   accumulators when the split-KV kernel is chosen (batch layout, short query, long key, and
- *   not a decode-shaped call the paged family takes).
+ *   not a call that runs on a plan).
  *   fas_fwd_workspace_size() reports the bytes; pass that much in workspace/workspace_bytes to
  *   avoid allocation. Otherwise (workspace NULL or too small) fas_fwd allocates the scratch
  *   with cudaMallocAsync and releases it with cudaFreeAsync, both on args->stream. A workspace
  *   must not be used by other work that can run concurrently with the call on the device.
  *
- * DECODE-SHAPED fas_fwd
- *   A batch-layout call with at most 8 queries per sequence, at least one key (causal: at least as
- *   many keys as queries), out contiguous (out_row_stride 0 or num_heads_q * head_dim) and no
- *   softmax_lse unless max_seqlen_q is 1 runs on the paged family where this build has its kernel
- *   for the dtype, head dim and mask and the device is SM90: fas_fwd makes a plan for the call
- *   (host offsets i * max_seqlen_q and i * max_seqlen_k), runs it once and releases it with
- *   fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache of
- *   plan blocks, so fas_fwd_workspace_size() reports 0 for such a call. While args->stream is
+ * BATCH-LAYOUT fas_fwd ON PLANS
+ *   A batch-layout call with at least one key per sequence (causal: at least as many keys as
+ *   queries), out contiguous (out_row_stride 0 or num_heads_q * head_dim) and no softmax_lse
+ *   unless max_seqlen_q is 1, on an SM90 device, runs on a plan where this build has an SM90
+ *   kernel for the dtype, head dim (or one above it) and mask, or, with at most 8 queries per
+ *   sequence, a paged decode kernel for them: fas_fwd makes a plan for the call (host offsets
+ *   i * max_seqlen_q and i * max_seqlen_k; the plan API's family choice, fas_plan_create), runs it
+ *   once and releases it with fas_plan_destroy_async on args->stream. Its device memory comes from
+ *   the library's cache of plan blocks, so fas_fwd_workspace_size() reports 0 for such a call
+ *   (should the plan turn out to be FA2's, for a layout the SM90 kernels refuse, the call runs FA2
+ *   and allocates its scratch with cudaMallocAsync as above). While args->stream is
  *   capturing a CUDA graph (any capture mode) the call is captured the same way: the plan is made
  *   during the capture, which may allocate device and pinned host memory and wait on the host
  *   for its upload (under a relaxed capture mode on the calling thread, touching no captured
@@ -294,9 +297,9 @@ FAS_API fas_status fas_get_kernel_info(int index, fas_kernel_info* info);
  * this build. On FAS_SUCCESS stores the head dim of the kernel that will run in
  * *kernel_head_dim (if kernel_head_dim is not NULL): head_dim itself or the smallest built
  * head dim above it. FAS_ERROR_NOT_BUILT if no kernel fits, FAS_ERROR_INVALID_ARGUMENT for a
- * head_dim that no build can serve. Does not touch the GPU. It answers for FA2: a decode-shaped
- * call (DECODE-SHAPED fas_fwd) runs the paged kernel of head_dim itself where one is built, which
- * fas_query_paged_support reports. */
+ * head_dim that no build can serve. Does not touch the GPU. It answers for FA2: a batch-layout
+ * call (BATCH-LAYOUT fas_fwd ON PLANS) runs on the SM90 or paged kernel fas_query_plan_support or
+ * fas_query_paged_support reports, where one is built. */
 FAS_API fas_status fas_query_support(fas_dtype dtype, int head_dim, int causal,
                                      int* kernel_head_dim);
 

@@ -176,7 +176,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             AttentionCase fwd{"fwd-decode-paged", dtype, 16, 2, info.head_dim, true, false, {1, 1, 1}, {4097, 4097, 4097}};
             cases.push_back(fwd);
             AttentionCase fwd_spec{"fwd-decode-paged-4q", dtype, 16, 2, info.head_dim, true, false, {4, 4}, {300, 300}};
-            fwd_spec.expect_paged_forward = true;
+            fwd_spec.expect_forward_plan = true;
             cases.push_back(fwd_spec);
             // 4 queries x GQA 8: 32-row tiles of the decode kernel up to head dim 128.
             AttentionCase pair = decode;
@@ -223,6 +223,15 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 sm90.expect_family = FAS_FAMILY_SM90;
                 sm90.fp8 = fp8;
                 cases.push_back(sm90);
+            }
+            if (!fp8) {
+                // fas_fwd's batch-layout prefill requests run on this kernel too, through a plan
+                // made in the call (no LSE: fas_fwd's batch LSE is not the plan's layout).
+                AttentionCase fwd{"fwd-prefill-plan", dtype, 16, 2, info.head_dim, info.causal != 0, false,
+                                  {300, 300, 300}, {300, 300, 300}};
+                if (!fwd.causal) fwd.seqlens_k = {333, 333, 333};
+                fwd.expect_forward_plan = true;
+                cases.push_back(fwd);
             }
             // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
             // zero-fill, column-predicated stores): GQA 1 and 7, padded rows that must stay untouched.

@@ -1,10 +1,10 @@
 // fas_fwd in a CUDA graph: a decode-shaped call runs on the paged family through a plan made in
-// the call, eager or captured (the header's DECODE-SHAPED fas_fwd); captured, the graph owns the
-// plan's memory, so it replays correctly after the call has returned. Captured in the global mode
-// (the default, which refuses allocations and host waits on the capturing thread) and in the
-// thread-local one; eager and replays are held to the reference, and every replay must equal the
-// eager output bit for bit (the same plan on the same inputs), also after an eager call of
-// another layout has planned between two replays.
+// the call, eager or captured (the header's BATCH-LAYOUT fas_fwd ON PLANS); captured, the graph
+// owns the plan's memory, so it replays correctly after the call has returned. Captured in the
+// global mode (the default, which refuses allocations and host waits on the capturing thread)
+// and in the thread-local one; eager and replays are held to the reference, and every replay must
+// equal the eager output bit for bit (the same plan on the same inputs), also after an eager call
+// of another layout has planned between two replays.
 #include "reference.h"
 
 #include <cmath>
