@@ -31,9 +31,10 @@ def fas_dtype(tensor) -> Dtype:
 class Library(fas_ctypes.Library):
     """The binding plus the torch-side callables the bench scripts time."""
 
-    def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0):
+    def forward_fn(self, q, k, v, out, causal, cu_q=None, cu_k=None, max_q=0, max_k=0, lse=None):
         """A callable that enqueues one forward on the current stream (of the call that made it), or
-        on the stream handle it is given (a capture's side stream)."""
+        on the stream handle it is given (a capture's side stream); lse: a float32 tensor in
+        fas_fwd's layout to receive the LSE (None: not asked for)."""
         args = FwdArgs.new()
         args.dtype = fas_dtype(q)
         args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
@@ -48,7 +49,10 @@ class Library(fas_ctypes.Library):
             args.num_heads_k = k.shape[1]
         args.causal = int(causal)
         args.stream = torch.cuda.current_stream().cuda_stream
-        # Preallocated scratch (LSE) so the timed call allocates nothing.
+        if lse is not None:
+            args.softmax_lse = lse.data_ptr()
+            args.total_q = q.shape[0] if cu_q is not None else 0
+        # Preallocated scratch (LSE, split accumulators) so the timed call allocates nothing.
         size = self.workspace_size(args)
         workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), size
@@ -58,7 +62,7 @@ class Library(fas_ctypes.Library):
                 args.stream = stream
             self.check(self.dll.fas_fwd(ctypes.byref(args)))
 
-        run.keepalive = (args, workspace)
+        run.keepalive = (args, workspace, lse)
         return run
 
     def plan_fns(self, q, k, v, out, causal, lengths, window=None, softcap=0.0):

@@ -77,6 +77,13 @@ fas_status plan_fa2(Call* call) {
     return FAS_SUCCESS;
 }
 
+// Plans the FA2 launch of a validated call; true where it runs on a plan instead (fwd_route.h).
+// A call no FA2 kernel serves may still run on a plan; its FA2 status is returned otherwise.
+bool takes_plan(Call* call, fas_status* fa2_status) {
+    *fa2_status = plan_fa2(call);
+    return routes_to_plan(call->args, call->layout, *fa2_status == FAS_SUCCESS && call->plan.num_splits > 1);
+}
+
 // Device scratch from cudaMallocAsync, released on the stream when the launch fails; on success
 // release() enqueues the free after the kernels and reports its status.
 class StreamScratch {
@@ -103,6 +110,36 @@ private:
     void* pointer_ = nullptr;
 };
 
+// `bytes` of scratch for the call: the caller's workspace when it is large enough, else from
+// cudaMallocAsync on the call's stream (held by *allocated).
+fas_status take_scratch(const fas_fwd_args& args, size_t bytes, StreamScratch* allocated, char** scratch) {
+    *scratch = nullptr;
+    if (bytes == 0) return FAS_SUCCESS;
+    if (args.workspace != nullptr && args.workspace_bytes >= bytes) {
+        *scratch = static_cast<char*>(args.workspace);
+        return FAS_SUCCESS;
+    }
+    const cudaError_t error = allocated->allocate(bytes);
+    if (error != cudaSuccess) {
+        return fail_cuda(error, concat("cudaMallocAsync of ", bytes, " bytes of scratch (pass a workspace of "
+                                       "fas_fwd_workspace_size() bytes to avoid it)"));
+    }
+    *scratch = allocated->get();
+    return FAS_SUCCESS;
+}
+
+// A request routes_to_plan accepts, on a plan; *routed = false where it stays on FA2 after all.
+fas_status forward_on_plan(const Call& call, bool* routed) {
+    StreamScratch allocated(call.args.stream);
+    char* scratch = nullptr;
+    fas_status status = take_scratch(call.args, routed_scratch_bytes(call.args, call.layout), &allocated, &scratch);
+    if (status != FAS_SUCCESS) return status;
+    status = run_on_plan(call.args, call.layout, scratch, routed);
+    if (status != FAS_SUCCESS || !*routed) return status;
+    const cudaError_t free_error = allocated.release();
+    return free_error == cudaSuccess ? FAS_SUCCESS : fail_cuda(free_error, "cudaFreeAsync of the scratch");
+}
+
 }  // namespace
 
 fas_status run_forward(const fas_fwd_args* user_args) {
@@ -111,30 +148,21 @@ fas_status run_forward(const fas_fwd_args* user_args) {
     if (status != FAS_SUCCESS) return status;
     status = check_no_pending_cuda_error();
     if (status != FAS_SUCCESS) return status;
-    if (routes_to_plan(call.args, call.layout)) {
+    fas_status fa2_status = FAS_SUCCESS;
+    if (takes_plan(&call, &fa2_status)) {
         bool routed = false;
-        status = run_on_plan(call.args, call.layout, &routed);
+        status = forward_on_plan(call, &routed);
         if (status != FAS_SUCCESS || routed) return status;
+        if (fa2_status != FAS_SUCCESS) return plan_fa2(&call);  // its message again, not the plan's
     }
-    status = plan_fa2(&call);
-    if (status != FAS_SUCCESS) return status;
+    if (fa2_status != FAS_SUCCESS) return fa2_status;
 
     const fas_fwd_args& args = call.args;
     const fas_fa2::LaunchPlan& plan = call.plan;
     StreamScratch allocated(args.stream);
     char* scratch = nullptr;
-    if (plan.scratch_bytes > 0) {
-        if (args.workspace != nullptr && args.workspace_bytes >= plan.scratch_bytes) {
-            scratch = static_cast<char*>(args.workspace);
-        } else {
-            const cudaError_t error = allocated.allocate(plan.scratch_bytes);
-            if (error != cudaSuccess) {
-                return fail_cuda(error, concat("cudaMallocAsync of ", plan.scratch_bytes, " bytes of scratch (pass a "
-                                               "workspace of fas_fwd_workspace_size() bytes to avoid it)"));
-            }
-            scratch = allocated.get();
-        }
-    }
+    status = take_scratch(args, plan.scratch_bytes, &allocated, &scratch);
+    if (status != FAS_SUCCESS) return status;
     const fas_fa2::Tensors tensors{args.q, args.k, args.v, args.out, args.softmax_lse, args.cu_seqlens_q,
                                    args.cu_seqlens_k};
     std::string message;
@@ -150,13 +178,13 @@ fas_status forward_workspace_size(const fas_fwd_args* args, size_t* bytes) {
     Call call{};
     fas_status status = validate(args, &call);
     if (status != FAS_SUCCESS) return status;
-    if (routes_to_plan(call.args, call.layout)) {  // the plan's memory is the library's own
-        *bytes = 0;
+    fas_status fa2_status = FAS_SUCCESS;
+    if (takes_plan(&call, &fa2_status)) {  // the plan's own memory is the library's
+        *bytes = routed_scratch_bytes(call.args, call.layout);
         return FAS_SUCCESS;
     }
-    status = plan_fa2(&call);
-    if (status == FAS_SUCCESS) *bytes = call.plan.scratch_bytes;
-    return status;
+    if (fa2_status == FAS_SUCCESS) *bytes = call.plan.scratch_bytes;
+    return fa2_status;
 }
 
 }  // namespace fas

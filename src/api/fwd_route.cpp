@@ -13,6 +13,7 @@
 #include "core/capture.h"
 #include "core/device.h"
 #include "core/kv_cache.h"
+#include "core/lse.h"
 #include "core/status.h"
 #include "paged/paged.h"
 #include "sm90/sm90.h"
@@ -30,10 +31,9 @@ std::vector<int32_t> uniform_offsets(int batch_size, int length) {
 
 }  // namespace
 
-bool routes_to_plan(const fas_fwd_args& args, const Layout& layout) {
+bool routes_to_plan(const fas_fwd_args& args, const Layout& layout, bool fa2_splits) {
     if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return false;
     if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
-    if (args.softmax_lse != nullptr && layout.max_seqlen_q > 1) return false;
     if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return false;
     // Every row offset must fit the plan's int32 offsets.
     if (static_cast<int64_t>(layout.batch_size) * std::max(layout.max_seqlen_q, layout.max_seqlen_k) > INT32_MAX) {
@@ -41,15 +41,22 @@ bool routes_to_plan(const fas_fwd_args& args, const Layout& layout) {
     }
     DeviceProps device{};
     if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
-    if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) != nullptr) return true;
     std::string why;
-    return layout.max_seqlen_q <= kMaxDecodeQueries &&
-           fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
-                                    layout.num_heads_q / layout.num_heads_k,
-                                    fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr;
+    if (layout.max_seqlen_q <= kMaxDecodeQueries &&
+        fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+                                 layout.num_heads_q / layout.num_heads_k,
+                                 fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr) {
+        return true;
+    }
+    return !fa2_splits && fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) != nullptr;
 }
 
-fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, bool* routed) {
+size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout) {
+    if (args.softmax_lse == nullptr || layout.max_seqlen_q <= 1) return 0;
+    return static_cast<size_t>(layout.batch_size) * layout.max_seqlen_q * layout.num_heads_q * sizeof(float);
+}
+
+fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scratch, bool* routed) {
     *routed = false;
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
@@ -89,9 +96,22 @@ fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, bool* rou
     run.k = args.k;
     run.v = args.v;
     run.out = args.out;
-    run.softmax_lse = args.softmax_lse;
+    // SM90 and paged plans write the LSE token-major: with one query per sequence that is fas_fwd's
+    // batch layout already, else it goes through the scratch and is reordered after the run.
+    const bool reorder = routed_scratch_bytes(args, layout) > 0;
+    run.softmax_lse = reorder ? static_cast<float*>(scratch) : args.softmax_lse;
     run.stream = args.stream;
     status = run_plan(plan, &run);
+    if (status == FAS_SUCCESS && reorder) {
+        DeviceProps device{};
+        status = check_current_device(&device);
+        if (status == FAS_SUCCESS) {
+            const cudaError_t error = reorder_lse_to_batch(run.softmax_lse, args.softmax_lse, layout.batch_size,
+                                                           layout.max_seqlen_q, layout.num_heads_q, device.sm_count,
+                                                           args.stream);
+            if (error != cudaSuccess) status = fail_cuda(error, "the LSE's reorder into the batch layout");
+        }
+    }
     // Released once the run is done on the device, whether or not it was enqueued.
     const fas_status retired = destroy_plan_async(plan, args.stream);
     return status != FAS_SUCCESS ? status : retired;

@@ -1,4 +1,4 @@
-// Log2 to natural-log conversion of a kernel-written LSE (core/lse.h).
+// The LSE kernels behind core/lse.h: log2 to natural log, token-major to fas_fwd's batch layout.
 #include "core/lse.h"
 
 #include <algorithm>
@@ -17,13 +17,34 @@ __global__ void lse_log2_to_ln_kernel(float* lse, int64_t count) {
     }
 }
 
+// One thread per output element: writes coalesced, reads strided by `heads` (a few KiB a call).
+__global__ void lse_to_batch_kernel(const float* token_major, float* batch_major, int64_t count, int seqlen_q,
+                                    int heads) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t s = i % seqlen_q, bh = i / seqlen_q, h = bh % heads, b = bh / heads;
+        batch_major[i] = token_major[(b * seqlen_q + s) * heads + h];
+    }
+}
+
+int grid_for(int64_t count, int threads, int sm_count) {
+    return static_cast<int>(std::min<int64_t>((count + threads - 1) / threads, 8LL * std::max(sm_count, 1)));
+}
+
 }  // namespace
+
+cudaError_t reorder_lse_to_batch(const float* token_major, float* batch_major, int batch, int seqlen_q, int heads,
+                                 int sm_count, cudaStream_t stream) {
+    const int64_t count = static_cast<int64_t>(batch) * seqlen_q * heads;
+    if (count <= 0) return cudaSuccess;
+    lse_to_batch_kernel<<<grid_for(count, 256, sm_count), 256, 0, stream>>>(token_major, batch_major, count, seqlen_q,
+                                                                            heads);
+    return cudaGetLastError();
+}
 
 cudaError_t convert_lse_log2_to_ln(float* lse, int64_t count, int sm_count, cudaStream_t stream) {
     if (count <= 0) return cudaSuccess;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, 8LL * std::max(sm_count, 1));
-    lse_log2_to_ln_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(lse, count);
+    lse_log2_to_ln_kernel<<<grid_for(count, 256, sm_count), 256, 0, stream>>>(lse, count);
     return cudaGetLastError();
 }
 

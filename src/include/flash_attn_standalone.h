@@ -90,9 +90,10 @@
  *
  * WORKSPACE AND MEMORY OWNERSHIP
  *   The library never keeps caller memory beyond the call's stream work and never frees it.
- *   Some FA2 calls need device scratch: the LSE when softmax_lse is NULL, and the split-KV
+ *   Some calls need device scratch: on FA2, the LSE when softmax_lse is NULL and the split-KV
  *   accumulators when the split-KV kernel is chosen (batch layout, short query, long key, and
- *   not a call that runs on a plan).
+ *   not a call that runs on a plan); on a plan, the plan's own LSE when softmax_lse is asked for
+ *   with max_seqlen_q > 1 (below).
  *   fas_fwd_workspace_size() reports the bytes; pass that much in workspace/workspace_bytes to
  *   avoid allocation. Otherwise (workspace NULL or too small) fas_fwd allocates the scratch
  *   with cudaMallocAsync and releases it with cudaFreeAsync, both on args->stream. A workspace
@@ -100,21 +101,25 @@
  *
  * BATCH-LAYOUT fas_fwd ON PLANS
  *   A batch-layout call with at least one key per sequence (causal: at least as many keys as
- *   queries), out contiguous (out_row_stride 0 or num_heads_q * head_dim) and no softmax_lse
- *   unless max_seqlen_q is 1, on an SM90 device, runs on a plan where this build has an SM90
- *   kernel for the dtype, head dim (or one above it) and mask, or, with at most 8 queries per
- *   sequence, a paged decode kernel for them: fas_fwd makes a plan for the call (host offsets
- *   i * max_seqlen_q and i * max_seqlen_k; the plan API's family choice, fas_plan_create), runs it
- *   once and releases it with fas_plan_destroy_async on args->stream. Its device memory comes from
- *   the library's cache of plan blocks, so fas_fwd_workspace_size() reports 0 for such a call
- *   (should the plan turn out to be FA2's, for a layout the SM90 kernels refuse, the call runs FA2
- *   and allocates its scratch with cudaMallocAsync as above). While args->stream is
+ *   queries) and out contiguous (out_row_stride 0 or num_heads_q * head_dim), on an SM90 device,
+ *   runs on a plan where this build has, with at most 8 queries per sequence, a paged decode
+ *   kernel for it, or an SM90 kernel for the dtype, head dim (or one above it) and mask, unless
+ *   this build has FA2's split-KV kernel for the call and it would divide the keys (few query
+ *   tiles over long keys, where it is the faster one: fas_fwd_workspace_size then reports its
+ *   accumulators): fas_fwd makes a plan for the call (host offsets i * max_seqlen_q and i *
+ *   max_seqlen_k; the plan API's family choice, fas_plan_create), runs it once and releases it
+ *   with fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache
+ *   of plan blocks, so fas_fwd_workspace_size() reports 0 for such a call, or, with softmax_lse
+ *   and max_seqlen_q > 1, batch_size * max_seqlen_q * num_heads_q * 4 bytes: the plan writes its
+ *   LSE token-major there and a small kernel on args->stream reorders it into the batch layout
+ *   above (should the plan turn out to be FA2's, for a layout the SM90 kernels refuse, the call
+ *   runs FA2 and allocates its scratch with cudaMallocAsync as above). While args->stream is
  *   capturing a CUDA graph (any capture mode) the call is captured the same way: the plan is made
- *   during the capture, which may allocate device and pinned host memory and wait on the host
- *   for its upload (under a relaxed capture mode on the calling thread, touching no captured
- *   stream), and the graph owns the plan's memory until it and every executable graph made from
- *   it are destroyed; replays give the eager call's results bit for bit. Results agree with
- *   FA2's within the same precision; they are not bit-identical to it.
+ *   during the capture, which may allocate device and pinned host memory and wait on the host for
+ *   its upload (under a relaxed capture mode on the calling thread, touching no captured stream),
+ *   and the graph owns the plan's memory until it and every executable graph made from it are
+ *   destroyed; replays give the eager call's results bit for bit. Results agree with FA2's within
+ *   the same precision; they are not bit-identical to it.
  *
  * ERRORS
  *   Every function returning fas_status validates its arguments before it launches anything and

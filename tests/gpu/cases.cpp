@@ -102,7 +102,8 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
 
     fas_fwd_args args = fwd_args(c.dtype, q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(),
                                  batch, max_q, max_k, c.heads_q, c.heads_kv, d, c.causal, stream);
-    args.softmax_lse = c.expect_forward_plan ? nullptr : lse_dev.as<float>();
+    const bool no_lse = c.expect_forward_plan && !c.forward_plan_lse;
+    args.softmax_lse = no_lse ? nullptr : lse_dev.as<float>();
     args.cu_seqlens_q = c.varlen ? cu_q_dev.as<int32_t>() : nullptr;
     args.cu_seqlens_k = c.varlen ? cu_k_dev.as<int32_t>() : nullptr;
     args.q_row_stride = c.row_padding ? static_cast<int64_t>(q_stride) : 0;
@@ -204,12 +205,15 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         if (fas_fwd_workspace_size(&args, &workspace_bytes) != FAS_SUCCESS) {
             return {false, std::string("fas_fwd_workspace_size failed: ") + fas_get_last_error()};
         }
-        if (c.expect_split_kv && workspace_bytes == 0) {
+        // A plan asks for the LSE's reordering scratch alone (with the LSE, more than one query).
+        const size_t plan_lse_bytes = args.softmax_lse != nullptr && max_q > 1
+                                          ? static_cast<size_t>(batch) * max_q * c.heads_q * sizeof(float) : 0;
+        if (c.expect_split_kv && (workspace_bytes == 0 || workspace_bytes == plan_lse_bytes)) {
             return {false, "the split-KV kernel was not selected (no accumulator workspace requested)"};
         }
-        if (c.expect_forward_plan && workspace_bytes != 0) {
+        if (c.expect_forward_plan && workspace_bytes != plan_lse_bytes) {
             return {false, "fas_fwd kept a batch-layout request on FA2 (it asks for " + std::to_string(workspace_bytes) +
-                               " bytes of LSE scratch)"};
+                               " bytes of scratch; a plan would ask for " + std::to_string(plan_lse_bytes) + ")"};
         }
         DeviceBuffer workspace(c.pass_workspace ? workspace_bytes : 0);
         args.workspace = workspace.as<void>();
@@ -229,7 +233,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
     const float scale = 1.f / std::sqrt(static_cast<float>(d));
     const Reference ref = compute_reference(c, q_values, k_values, v_values, scale);
     OutputView view{out_host.data(), q_stride};
-    view.lse = c.expect_forward_plan ? nullptr : lse_host.data();
+    view.lse = no_lse ? nullptr : lse_host.data();
     view.lse_layout = lse_token_major ? LseLayout::kTokenMajor : c.varlen ? LseLayout::kHeadMajor : LseLayout::kBatch;
     view.lse_rows = total_q;
     const Comparison result = compare_with_reference(c, ref, view);

@@ -172,11 +172,16 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             decode.expect_family = FAS_FAMILY_PAGED;
             cases.push_back(decode);
             // fas_fwd's decode-shaped batch requests run there too (a plan made in the call): one
-            // query with the LSE (split keys, folded), and 4 queries without it.
+            // query with the LSE (split keys, folded), 4 queries without it and with it (reordered
+            // from the plan's token-major layout).
             AttentionCase fwd{"fwd-decode-paged", dtype, 16, 2, info.head_dim, true, false, {1, 1, 1}, {4097, 4097, 4097}};
             cases.push_back(fwd);
             AttentionCase fwd_spec{"fwd-decode-paged-4q", dtype, 16, 2, info.head_dim, true, false, {4, 4}, {300, 300}};
             fwd_spec.expect_forward_plan = true;
+            cases.push_back(fwd_spec);
+            fwd_spec.config = "fwd-decode-paged-4q-lse";
+            fwd_spec.seqlens_k = {5000, 5000};
+            fwd_spec.forward_plan_lse = true;
             cases.push_back(fwd_spec);
             // 4 queries x GQA 8: 32-row tiles of the decode kernel up to head dim 128.
             AttentionCase pair = decode;
@@ -226,11 +231,14 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             }
             if (!fp8) {
                 // fas_fwd's batch-layout prefill requests run on this kernel too, through a plan
-                // made in the call (no LSE: fas_fwd's batch LSE is not the plan's layout).
+                // made in the call, the LSE reordered from the plan's token-major layout (the
+                // library allocates that scratch in every other case).
                 AttentionCase fwd{"fwd-prefill-plan", dtype, 16, 2, info.head_dim, info.causal != 0, false,
                                   {300, 300, 300}, {300, 300, 300}};
                 if (!fwd.causal) fwd.seqlens_k = {333, 333, 333};
                 fwd.expect_forward_plan = true;
+                fwd.forward_plan_lse = true;
+                fwd.pass_workspace = cases.size() % 2 == 0;
                 cases.push_back(fwd);
             }
             // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
@@ -288,6 +296,12 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             split.row_padding = 8;
             split.expect_split_kv = true;
             split.pass_workspace = index % 2 == 0;
+            cases.push_back(split);
+            // 16 queries a sequence, out contiguous: an SM90 kernel would serve it, but FA2 splits
+            // the keys and is faster on so few query tiles, so fas_fwd keeps it there.
+            split.config = "fwd-split-over-plan";
+            split.seqlens_q = std::vector<int>(2, 16);
+            split.row_padding = 0;
             cases.push_back(split);
         } else {
             AttentionCase plain = varlen_case(config, dtype, 8, 2, info.head_dim, info.causal != 0, {1, 37, 200, 129});

@@ -271,9 +271,12 @@ struct AttentionCase {
     int row_padding = 0;          // extra elements per token row, to exercise row strides
     bool pass_workspace = true;   // false: let the library allocate its own scratch
     bool expect_split_kv = false; // the split-KV kernel must be chosen (checked via workspace size)
-    // fas_fwd, batch layout: passes no LSE, and fas_fwd_workspace_size must report 0 (a plan of the
-    // SM90 or paged family, whose memory is the library's; FA2 would ask for its LSE scratch)
+    // fas_fwd, batch layout, on a plan of the SM90 or paged family (whose memory is the library's):
+    // without the LSE fas_fwd_workspace_size must report 0 (FA2 would ask for its LSE scratch);
+    // with it (forward_plan_lse), batch x queries x heads floats for the plan's token-major LSE
+    // (FA2's plain kernel would ask for nothing, its split kernel for its accumulators)
     bool expect_forward_plan = false;
+    bool forward_plan_lse = false;
     bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
     int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
     int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)
