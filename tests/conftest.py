@@ -149,11 +149,28 @@ def exported_manifest(**changes) -> dict:
 def interruptible():
     """SIGINT raises KeyboardInterrupt for the test's duration, as in an interactive shell. Python
     keeps SIGINT ignored when it starts ignored, as it does in a background job of a script (issue
-    31, finding 10): a test that interrupts itself sets the handler it relies on."""
+    31, finding 10): a test that interrupts itself sets the handler it relies on. Yields
+    interrupt_when(event): SIGINT to this process once `event` is set (the work to interrupt is
+    running; a fixed delay fired before it started on a loaded machine), returning a dict whose
+    "at" is then the time.monotonic() of the signal."""
+    import os
     import signal
+    import threading
+    import time
+
+    def interrupt_when(event):
+        fired = {}
+
+        def fire():
+            if event.wait(30):
+                fired["at"] = time.monotonic()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=fire, daemon=True).start()
+        return fired
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
+    yield interrupt_when
     signal.signal(signal.SIGINT, previous)
 
 

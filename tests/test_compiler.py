@@ -4,7 +4,6 @@ records, and that the manifest's expectation is the plan's."""
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -172,6 +171,7 @@ class KillingContainer(FakeContainer):
         self.kills = dict(kills or {})
         self.block = block
         self.compiled: list[str] = []
+        self.blocking = threading.Event()  # set once a compile holds on `block`
 
     def exec(self, argv, log_path=None, environment=None):
         from flashbuild.toolchains.container import ExecResult
@@ -185,6 +185,7 @@ class KillingContainer(FakeContainer):
         if self.block is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_bytes(b"half an object")
+            self.blocking.set()
             self.block.wait(30)
             if self.removed:  # as ToolchainContainer says of a command that died with its container
                 raise EngineLost("the container went away")
@@ -238,13 +239,11 @@ def test_an_interrupt_removes_the_container_and_every_partial_object_at_once(tre
     container = KillingContainer(block=release)
     compiler = EntryCompiler(tree, tree / "build", "smoke", compiler_for(tree, fake_build).plan, fake_build.image,
                              fake_build.sources, container)
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
+    fired = interruptible(container.blocking)
     try:
         with pytest.raises(KeyboardInterrupt):
             compiler.compile_all(Budget(64 * 1024**3, 2, "test"), SchedulerEvents())
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - fired["at"] < 5
         assert container.removed
         assert not list(compiler.object_dir.glob("*.partial")), "partial objects of the running TUs"
     finally:
