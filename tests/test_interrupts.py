@@ -49,15 +49,17 @@ def test_a_signal_ignored_before_the_task_stays_ignored_as_under_nohup():
         signal.signal(signal.SIGHUP, before)
 
 
-def test_the_tests_that_interrupt_themselves_pass_where_sigint_starts_ignored(repo):
+def test_the_tests_that_interrupt_themselves_pass_where_sigint_starts_ignored(repo, tmp_path):
     """A background job of a script starts with SIGINT ignored, and Python keeps it so: the tests
-    that send themselves SIGINT set its handler (issue 31, finding 10: they failed there)."""
+    that send themselves SIGINT set its handler (issue 31, finding 10: they failed there). The
+    inner run keeps its temporary files under this test's: with the shared root it cleaned up
+    numbered directories at exit, the outer run's busy one among them, and ran past its timeout."""
     import subprocess
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_jobs.py",
-         "tests/test_compiler.py", "-k", "interrupt_leaves or interrupt_removes"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}",
+         "tests/test_jobs.py", "tests/test_compiler.py", "-k", "interrupt_leaves or interrupt_removes"],
         cwd=repo, capture_output=True, text=True, timeout=120,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-2000:]
