@@ -81,7 +81,7 @@ fas_status plan_fa2(Call* call) {
 // A call no FA2 kernel serves may still run on a plan; its FA2 status is returned otherwise.
 bool takes_plan(Call* call, fas_status* fa2_status) {
     *fa2_status = plan_fa2(call);
-    return routes_to_plan(call->args, call->layout, *fa2_status == FAS_SUCCESS && call->plan.num_splits > 1);
+    return routes_to_plan(call->layout, *fa2_status == FAS_SUCCESS && call->plan.num_splits > 1);
 }
 
 // Device scratch from cudaMallocAsync, released on the stream when the launch fails; on success
@@ -153,7 +153,6 @@ fas_status run_forward(const fas_fwd_args* user_args) {
         bool routed = false;
         status = forward_on_plan(call, &routed);
         if (status != FAS_SUCCESS || routed) return status;
-        if (fa2_status != FAS_SUCCESS) return plan_fa2(&call);  // its message again, not the plan's
     }
     if (fa2_status != FAS_SUCCESS) return fa2_status;
 

@@ -31,7 +31,7 @@ std::vector<int32_t> uniform_offsets(int batch_size, int length) {
 
 }  // namespace
 
-bool routes_to_plan(const fas_fwd_args& args, const Layout& layout, bool fa2_splits) {
+bool routes_to_plan(const Layout& layout, bool fa2_splits) {
     if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return false;
     if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
     if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return false;
@@ -79,13 +79,12 @@ fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scr
     plan_args.stream = args.stream;
     fas_plan* plan = nullptr;
     fas_status status = FAS_SUCCESS;
-    if (capturing_graph(args.stream) != nullptr) {
-        // Planning may allocate or wait on the host, which a capture refuses on this thread unless
-        // relaxed; none of it touches the captured stream. The run is captured; the plan's release
-        // on the captured stream hands its memory to the graph (core/device_block.h).
+    {
+        // Planning may allocate or wait on the host, which a global or thread-local capture (of
+        // args.stream, or of another stream by this thread) refuses and is invalidated by unless
+        // relaxed; none of it touches a captured stream. A captured run stays captured, and the
+        // plan's release on a captured stream hands its memory to the graph (core/device_block.h).
         RelaxedCaptureScope relaxed;
-        status = create_plan_without_fa2(&plan_args, &plan);
-    } else {
         status = create_plan_without_fa2(&plan_args, &plan);
     }
     if (status != FAS_SUCCESS || plan == nullptr) return status;
@@ -103,14 +102,9 @@ fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scr
     run.stream = args.stream;
     status = run_plan(plan, &run);
     if (status == FAS_SUCCESS && reorder) {
-        DeviceProps device{};
-        status = check_current_device(&device);
-        if (status == FAS_SUCCESS) {
-            const cudaError_t error = reorder_lse_to_batch(run.softmax_lse, args.softmax_lse, layout.batch_size,
-                                                           layout.max_seqlen_q, layout.num_heads_q, device.sm_count,
-                                                           args.stream);
-            if (error != cudaSuccess) status = fail_cuda(error, "the LSE's reorder into the batch layout");
-        }
+        const cudaError_t error = reorder_lse_to_batch(run.softmax_lse, args.softmax_lse, layout.batch_size,
+                                                       layout.max_seqlen_q, layout.num_heads_q, args.stream);
+        if (error != cudaSuccess) status = fail_cuda(error, "the LSE's reorder into the batch layout");
     }
     // Released once the run is done on the device, whether or not it was enqueued.
     const fas_status retired = destroy_plan_async(plan, args.stream);

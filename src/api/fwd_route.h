@@ -17,7 +17,7 @@ namespace fas {
 // where FA2 would not split the keys (fa2_splits: FA2's split-KV kernel is built and chosen for
 // the request; on few query tiles over long keys it beats SM90's prefill kernels, which do not
 // split). Reads no device memory.
-bool routes_to_plan(const fas_fwd_args& args, const Layout& layout, bool fa2_splits);
+bool routes_to_plan(const Layout& layout, bool fa2_splits);
 
 // Device scratch a routed request needs: the plan's token-major LSE [batch * max_seqlen_q,
 // num_heads_q], reordered into fas_fwd's [batch, num_heads_q, max_seqlen_q] after the run, when

@@ -27,24 +27,24 @@ __global__ void lse_to_batch_kernel(const float* token_major, float* batch_major
     }
 }
 
-int grid_for(int64_t count, int threads, int sm_count) {
-    return static_cast<int>(std::min<int64_t>((count + threads - 1) / threads, 8LL * std::max(sm_count, 1)));
+// Blocks of 256 threads for `count` elements, at most max_blocks (the kernels loop over the rest).
+unsigned grid_for(int64_t count, int64_t max_blocks) {
+    return static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, max_blocks));
 }
 
 }  // namespace
 
 cudaError_t reorder_lse_to_batch(const float* token_major, float* batch_major, int batch, int seqlen_q, int heads,
-                                 int sm_count, cudaStream_t stream) {
+                                 cudaStream_t stream) {
     const int64_t count = static_cast<int64_t>(batch) * seqlen_q * heads;
     if (count <= 0) return cudaSuccess;
-    lse_to_batch_kernel<<<grid_for(count, 256, sm_count), 256, 0, stream>>>(token_major, batch_major, count, seqlen_q,
-                                                                            heads);
+    lse_to_batch_kernel<<<grid_for(count, 1024), 256, 0, stream>>>(token_major, batch_major, count, seqlen_q, heads);
     return cudaGetLastError();
 }
 
 cudaError_t convert_lse_log2_to_ln(float* lse, int64_t count, int sm_count, cudaStream_t stream) {
     if (count <= 0) return cudaSuccess;
-    lse_log2_to_ln_kernel<<<grid_for(count, 256, sm_count), 256, 0, stream>>>(lse, count);
+    lse_log2_to_ln_kernel<<<grid_for(count, 8LL * std::max(sm_count, 1)), 256, 0, stream>>>(lse, count);
     return cudaGetLastError();
 }
 

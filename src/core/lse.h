@@ -15,7 +15,7 @@ cudaError_t convert_lse_log2_to_ln(float* lse, int64_t count, int sm_count, cuda
 // Enqueues the copy of a token-major LSE [batch * seqlen_q, heads] (a plan's, over the batch
 // layout's offsets) into fas_fwd's batch layout [batch, heads, seqlen_q]; the two must not overlap.
 cudaError_t reorder_lse_to_batch(const float* token_major, float* batch_major, int batch, int seqlen_q, int heads,
-                                 int sm_count, cudaStream_t stream);
+                                 cudaStream_t stream);
 
 }  // namespace fas
 
