@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/fwd_split.h"
 #include "api/plan.h"
 #include "core/capture.h"
 #include "core/device.h"
@@ -31,6 +32,24 @@ std::vector<int32_t> uniform_offsets(int batch_size, int length) {
 
 }  // namespace
 
+namespace {
+
+// A paged decode kernel serves the request (at most kMaxDecodeQueries queries a sequence).
+bool paged_decode_serves(const Layout& layout) {
+    std::string why;
+    return layout.max_seqlen_q <= kMaxDecodeQueries &&
+           fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
+                                    layout.num_heads_q / layout.num_heads_k,
+                                    fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr;
+}
+
+// The key split a routed request runs with (none where the paged family takes it).
+KeySplit routed_split(const Layout& layout, const DeviceProps& device) {
+    return paged_decode_serves(layout) ? KeySplit{} : choose_key_split(layout, device);
+}
+
+}  // namespace
+
 bool routes_to_plan(const Layout& layout, bool fa2_splits) {
     if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return false;
     if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
@@ -41,23 +60,30 @@ bool routes_to_plan(const Layout& layout, bool fa2_splits) {
     }
     DeviceProps device{};
     if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
-    std::string why;
-    if (layout.max_seqlen_q <= kMaxDecodeQueries &&
-        fas_paged::choose_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal, layout.max_seqlen_q,
-                                 layout.num_heads_q / layout.num_heads_k,
-                                 fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr) {
-        return true;
-    }
-    return !fa2_splits && fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) != nullptr;
+    if (paged_decode_serves(layout)) return true;
+    if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) == nullptr) return false;
+    // FA2's split-KV kernel keeps what it splits only where SM90 does not split the keys itself.
+    return !fa2_splits || choose_key_split(layout, device).states() > 0;
 }
 
 size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout) {
+    DeviceProps device{};
+    if (check_current_device(&device) == FAS_SUCCESS) {
+        const KeySplit split = routed_split(layout, device);
+        if (split.states() > 0) return key_split_scratch_bytes(layout, split, args.softmax_lse != nullptr);
+    }
     if (args.softmax_lse == nullptr || layout.max_seqlen_q <= 1) return 0;
     return static_cast<size_t>(layout.batch_size) * layout.max_seqlen_q * layout.num_heads_q * sizeof(float);
 }
 
 fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scratch, bool* routed) {
     *routed = false;
+    DeviceProps device{};
+    if (const fas_status status = check_current_device(&device); status != FAS_SUCCESS) return status;
+    if (const KeySplit split = routed_split(layout, device); split.states() > 0) {
+        *routed = true;
+        return run_key_split(args, layout, split, device, scratch);
+    }
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
     fas_plan_args plan_args;
@@ -97,7 +123,7 @@ fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scr
     run.out = args.out;
     // SM90 and paged plans write the LSE token-major: with one query per sequence that is fas_fwd's
     // batch layout already, else it goes through the scratch and is reordered after the run.
-    const bool reorder = routed_scratch_bytes(args, layout) > 0;
+    const bool reorder = args.softmax_lse != nullptr && layout.max_seqlen_q > 1;
     run.softmax_lse = reorder ? static_cast<float*>(scratch) : args.softmax_lse;
     run.stream = args.stream;
     status = run_plan(plan, &run);

@@ -93,7 +93,7 @@
  *   Some calls need device scratch: on FA2, the LSE when softmax_lse is NULL and the split-KV
  *   accumulators when the split-KV kernel is chosen (batch layout, short query, long key, and
  *   not a call that runs on a plan); on a plan, the plan's own LSE when softmax_lse is asked for
- *   with max_seqlen_q > 1 (below).
+ *   with max_seqlen_q > 1, and the partial results of a split of the keys on SM90 (below).
  *   fas_fwd_workspace_size() reports the bytes; pass that much in workspace/workspace_bytes to
  *   avoid allocation. Otherwise (workspace NULL or too small) fas_fwd allocates the scratch
  *   with cudaMallocAsync and releases it with cudaFreeAsync, both on args->stream. A workspace
@@ -103,11 +103,17 @@
  *   A batch-layout call with at least one key per sequence (causal: at least as many keys as
  *   queries) and out contiguous (out_row_stride 0 or num_heads_q * head_dim), on an SM90 device,
  *   runs on a plan where this build has, with at most 8 queries per sequence, a paged decode
- *   kernel for it, or an SM90 kernel for the dtype, head dim (or one above it) and mask, unless
- *   this build has FA2's split-KV kernel for the call and it would divide the keys (few query
- *   tiles over long keys, where it is the faster one: fas_fwd_workspace_size then reports its
- *   accumulators): fas_fwd makes a plan for the call (host offsets i * max_seqlen_q and i *
- *   max_seqlen_k; the plan API's family choice, fas_plan_create), runs it once and releases it
+ *   kernel for it, or an SM90 kernel for the dtype, head dim (or one above it) and mask.
+ *   With few query tiles over long keys (the SM90 kernel's query tiles times num_heads_q fill at
+ *   most half of the SMs, and the keys before the last max_seqlen_q, rounded up to 128, make two
+ *   chunks of at least 1024) the SM90 kernels split the keys: the chunks every query sees whole on
+ *   the non-causal kernel (which a causal call needs too), the last one on the causal kernel, and
+ *   the partial outputs, rounded to the dtype, merged by their LSE; fas_fwd_workspace_size then
+ *   reports their scratch (partial outputs and LSEs, each chunk's copy of q). A call the SM90
+ *   kernels do not split stays on FA2 where this build's split-KV kernel would divide its keys
+ *   (fas_fwd_workspace_size then reports its accumulators). Else fas_fwd makes a plan for the
+ *   call (host offsets i * max_seqlen_q and i * max_seqlen_k; the plan API's family choice,
+ *   fas_plan_create), runs it once and releases it
  *   with fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache
  *   of plan blocks, so fas_fwd_workspace_size() reports 0 for such a call, or, with softmax_lse
  *   and max_seqlen_q > 1, batch_size * max_seqlen_q * num_heads_q * 4 bytes: the plan writes its

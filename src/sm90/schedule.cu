@@ -44,7 +44,7 @@ std::vector<int32_t> kv_starts(const PlanLayout& layout) {
     int64_t pages = 0;
     for (int i = 0; i < layout.batch_size; ++i) {
         if (layout.kv_lengths == nullptr) {
-            starts[i] = layout.cu_seqlens_k[i];
+            starts[i] = layout.kv_starts != nullptr ? layout.kv_starts[i] : layout.cu_seqlens_k[i];
             continue;
         }
         starts[i] = static_cast<int32_t>(pages);
@@ -193,7 +193,7 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
 }  // namespace
 
 bool packs_pay(const PlanLayout& layout) {
-    if (layout.fp8 || layout.kv_lengths != nullptr) return false;
+    if (layout.fp8 || layout.kv_lengths != nullptr || layout.kv_starts != nullptr) return false;
     const size_t packs = make_packs(layout).size();
     return packs > 0 && packs * 4 <= static_cast<size_t>(sequences_with_queries(layout)) * 3;
 }

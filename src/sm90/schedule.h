@@ -31,6 +31,10 @@ struct PlanLayout {
     // Short sequences share query tiles (sm90/packed_args.h); head_dim is the packed kernel's.
     // Set only where packs_pay() said so.
     bool packed = false;
+    // Host, batch_size: each sequence's first key row where the sequences' keys are not laid out
+    // one after another (fas_fwd's key split, api/fwd_split.h: chunks of sequences, with gaps);
+    // cu_seqlens_k then gives only their lengths. NULL: cu_seqlens_k's offsets. Not packed.
+    const int32_t* kv_starts = nullptr;
 };
 
 // Whether the layout (varlen, not FP8) runs faster packed: every sequence with queries fits one

@@ -102,7 +102,7 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
 
     fas_fwd_args args = fwd_args(c.dtype, q_dev.as<void>(), k_dev.as<void>(), v_dev.as<void>(), out_dev.as<void>(),
                                  batch, max_q, max_k, c.heads_q, c.heads_kv, d, c.causal, stream);
-    const bool no_lse = c.expect_forward_plan && !c.forward_plan_lse;
+    const bool no_lse = (c.expect_forward_plan || c.expect_key_split) && !c.forward_plan_lse;
     args.softmax_lse = no_lse ? nullptr : lse_dev.as<float>();
     args.cu_seqlens_q = c.varlen ? cu_q_dev.as<int32_t>() : nullptr;
     args.cu_seqlens_k = c.varlen ? cu_k_dev.as<int32_t>() : nullptr;
@@ -214,6 +214,11 @@ CaseOutcome run_attention_case(const AttentionCase& c, uint64_t seed, cudaStream
         if (c.expect_forward_plan && workspace_bytes != plan_lse_bytes) {
             return {false, "fas_fwd kept a batch-layout request on FA2 (it asks for " + std::to_string(workspace_bytes) +
                                " bytes of scratch; a plan would ask for " + std::to_string(plan_lse_bytes) + ")"};
+        }
+        const size_t out_bytes = static_cast<size_t>(batch) * max_q * c.heads_q * d * sizeof(uint16_t);
+        if (c.expect_key_split && workspace_bytes < 2 * out_bytes) {
+            return {false, "fas_fwd did not split the keys (it asks for " + std::to_string(workspace_bytes) +
+                               " bytes of scratch; two partial outputs are " + std::to_string(2 * out_bytes) + ")"};
         }
         DeviceBuffer workspace(c.pass_workspace ? workspace_bytes : 0);
         args.workspace = workspace.as<void>();

@@ -240,6 +240,21 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 fwd.forward_plan_lse = true;
                 fwd.pass_workspace = cases.size() % 2 == 0;
                 cases.push_back(fwd);
+                // Few query tiles over long keys (32 of them on 132 SMs): fas_fwd splits the keys
+                // into chunks of uneven length, the last one causal, and merges the partial results
+                // (api/fwd_split.h); with the LSE in the caller's workspace, then without it in the
+                // library's scratch.
+                AttentionCase few{"fwd-key-split", dtype, 16, 2, info.head_dim, info.causal != 0, false,
+                                  {100, 100}, {5000, 5000}};
+                if (!few.causal) few.seqlens_k = {4999, 4999};
+                few.expect_key_split = true;
+                few.same_precision_chunks = few.causal ? 5 : 4;  // the split on a 132-SM card
+                few.forward_plan_lse = true;
+                cases.push_back(few);
+                few.config = "fwd-key-split-no-lse";
+                few.forward_plan_lse = false;
+                few.pass_workspace = false;
+                cases.push_back(few);
             }
             // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
             // zero-fill, column-predicated stores): GQA 1 and 7, padded rows that must stay untouched.

@@ -277,6 +277,14 @@ struct AttentionCase {
     // (FA2's plain kernel would ask for nothing, its split kernel for its accumulators)
     bool expect_forward_plan = false;
     bool forward_plan_lse = false;
+    // fas_fwd, batch layout, few query tiles over long keys: the keys split into chunks and the
+    // partial results merged (SM90, or FA2's split kernel where built): fas_fwd_workspace_size must
+    // hold at least two partial outputs. The LSE only with forward_plan_lse.
+    bool expect_key_split = false;
+    // > 0: the same-precision result the output is held to (within 2x of its error) rounds the
+    // partial outputs of this many key chunks to the dtype before merging them, as a key split does
+    // (api/fwd_split.h); the bound depends on how many partials are rounded, not where they are cut.
+    int same_precision_chunks = 0;
     bool use_plan = false;        // varlen only: fas_plan_create once, fas_plan_run plan_runs times
     int plan_runs = 1;            // outputs and LSE of every run must equal the first bit for bit
     int expect_family = -1;       // with use_plan: the fas_family the plan must use (-1 = any)

@@ -35,6 +35,39 @@ float round_probability(const AttentionCase& c, float p) {
     return from_dtype_bits(c.dtype, to_dtype_bits(c.dtype, p));
 }
 
+// The same-precision result of a computation that splits the keys [first, end) into
+// c.same_precision_chunks chunks of equal length, rounds each chunk's normalized output to the
+// dtype and merges them by their weights (fas_fwd's key split), rounded once more.
+template <typename VRow>
+void same_precision_chunked(const AttentionCase& c, const std::vector<float>& scores, int first, int end,
+                            const VRow& v_row, float* out) {
+    const int d = c.head_dim, chunks = c.same_precision_chunks;
+    std::vector<double> merged(d, 0.0), partial(d);
+    double total = 0.0;
+    const float top = *std::max_element(scores.begin() + first, scores.begin() + end);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int lo = first + static_cast<int>(static_cast<int64_t>(end - first) * chunk / chunks);
+        const int hi = first + static_cast<int>(static_cast<int64_t>(end - first) * (chunk + 1) / chunks);
+        if (hi <= lo) continue;
+        const float chunk_max = *std::max_element(scores.begin() + lo, scores.begin() + hi);
+        std::fill(partial.begin(), partial.end(), 0.0);
+        double sum = 0.0;
+        for (int j = lo; j < hi; ++j) {
+            const double p = std::exp(static_cast<double>(scores[j]) - chunk_max);
+            const double p_rounded = round_probability(c, static_cast<float>(p));
+            sum += p;
+            const float* v_vec = v_row(j);
+            for (int x = 0; x < d; ++x) partial[x] += p_rounded * v_vec[x];
+        }
+        const double weight = sum * std::exp(static_cast<double>(chunk_max) - top);
+        for (int x = 0; x < d; ++x) {
+            merged[x] += weight * from_dtype_bits(c.dtype, to_dtype_bits(c.dtype, static_cast<float>(partial[x] / sum)));
+        }
+        total += weight;
+    }
+    for (int x = 0; x < d; ++x) out[x] = from_dtype_bits(c.dtype, to_dtype_bits(c.dtype, static_cast<float>(merged[x] / total)));
+}
+
 }  // namespace
 
 Reference compute_reference(const AttentionCase& c, const std::vector<float>& q, const std::vector<float>& k,
@@ -112,6 +145,12 @@ Reference compute_reference(const AttentionCase& c, const std::vector<float>& q,
                 for (int x = 0; x < d; ++x) {
                     out_vec[x] = static_cast<float>(accumulator[x] / sum);
                     out_same_vec[x] = from_dtype_bits(c.dtype, to_dtype_bits(c.dtype, static_cast<float>(rounded_accumulator[x] / sum)));
+                }
+                if (c.same_precision_chunks > 0) {
+                    const auto v_row = [&](int j) {
+                        return &v[((static_cast<size_t>(k_offsets[b]) + j) * c.heads_kv + kv_head) * d];
+                    };
+                    same_precision_chunked(c, scores, first, end, v_row, out_same_vec);
                 }
                 lse = max_score + std::log(sum);
             }
