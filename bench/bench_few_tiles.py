@@ -34,6 +34,17 @@ ROWS = [(1, 64, 32768, 16, 2), (1, 128, 32768, 16, 2), (1, 256, 32768, 32, 8), (
 HEAD_DIM = 128
 
 
+def parse_row(text: str) -> tuple[int, int, int, int, int]:
+    """'BxQxK:HQ/HK' -> (batch, queries, keys, heads_q, heads_kv)."""
+    try:
+        shape, heads = text.split(":")
+        batch, queries, keys = (int(x) for x in shape.split("x"))
+        heads_q, heads_kv = (int(x) for x in heads.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BxQxK:HQ/HK, e.g. 2x16x1536:16/2") from None
+    return batch, queries, keys, heads_q, heads_kv
+
+
 def row_fns(lib: Library, batch: int, queries: int, keys: int, heads_q: int, heads_kv: int, page: int):
     """(callables by column, plan infos by column, check)."""
     torch.manual_seed(0)
@@ -83,12 +94,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--page", type=int, default=256, help="keys per page of the paged column (256: the "
                         "pages a contiguous plan lists, paged.h's kContiguousPageSize)")
+    parser.add_argument("--rows", nargs="*", type=parse_row, default=ROWS, metavar="BxQxK:HQ/HK",
+                        help="rows instead of the default ones, e.g. 2x16x1536:16/2")
     args = parser.parse_args()
     lib = Library(args.artifact)
     print(f"{torch.cuda.get_device_name()}, {lib.path.name} {lib.version()}, bf16 hd{HEAD_DIM} causal, "
           f"paged column: pages of {args.page}, disable_sm90")
     table = []
-    for batch, queries, keys, heads_q, heads_kv in ROWS:
+    for batch, queries, keys, heads_q, heads_kv in args.rows:
         fns, infos, check = row_fns(lib, batch, queries, keys, heads_q, heads_kv, args.page)
         timed = median_ms_each({name: fn for name, fn in fns.items() if callable(fn)}, args.repeats)
         cell = {name: (f"{timed[name] * 1e3:.0f}" if isinstance(timed.get(name), float) else

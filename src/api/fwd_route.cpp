@@ -62,8 +62,12 @@ bool routes_to_plan(const Layout& layout, bool fa2_splits) {
     if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
     if (paged_decode_serves(layout)) return true;
     if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) == nullptr) return false;
-    // FA2's split-KV kernel keeps what it splits only where SM90 does not split the keys itself.
-    return !fa2_splits || choose_key_split(layout, device).states() > 0;
+    // FA2's split-KV kernel keeps what it splits only where SM90's tiles fill less than half of
+    // the SMs and its keys are too short for SM90 to split them itself: elsewhere SM90 is faster
+    // (H200: 94 against 177 us at 6 x 100 x 8k, 16/2; docs/design/fa2-routing.md).
+    if (!fa2_splits) return true;
+    const KeySplit split = choose_key_split(layout, device);
+    return split.states() > 0 || !split.few_tiles;
 }
 
 size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout) {

@@ -17,9 +17,10 @@ namespace fas {
 
 namespace {
 
-// Keys of the shortest chunk: below it a chunk's start (the Q tile, the first K/V tiles in
-// flight) outweighs its keys.
-constexpr int32_t kMinChunkKeys = 1024;
+// Keys of the shortest chunk. With chunks of ~1.5k keys (1 x 64 x 3000, 16/2) a split call took
+// 41 us against 38 for one SM90 plan, the split's launches and its two plans a call outweighing
+// its parallelism (docs/design/fa2-routing.md); from 4k keys a chunk it runs 0.2-0.5x.
+constexpr int32_t kMinChunkKeys = 2048;
 constexpr int32_t kKeyTile = 128;  // chunk boundaries on the SM90 kernels' key tiles
 constexpr size_t kAlign = 256;
 
@@ -89,24 +90,32 @@ fas_status run_piece(const fas_fwd_args& args, const Layout& request, const fas_
 }  // namespace
 
 KeySplit choose_key_split(const Layout& layout, const DeviceProps& device) {
-    const int64_t q_row_bytes = layout.q_row_stride * 2, row_bytes = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim * 2;
-    if (!is_16bit_dtype(layout.dtype) || q_row_bytes % 16 != 0 || row_bytes % 16 != 0) return {};
     KeySplit split;
-    split.unmasked = fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, false);
-    split.causal = layout.causal ? fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, true) : nullptr;
-    if (split.unmasked == nullptr || (layout.causal && split.causal == nullptr)) return {};
-    const int64_t items = layout.batch_size * ceil_div(layout.max_seqlen_q, fas_sm90::query_tile_rows(*split.unmasked)) *
-                          layout.num_heads_q;
-    if (items * 2 > device.sm_count) return {};
-    split.last_keys = layout.causal ? static_cast<int32_t>(std::min<int64_t>(
-                                          layout.max_seqlen_k, ceil_div(layout.max_seqlen_q, kKeyTile) * kKeyTile))
-                                    : 0;
-    split.unmasked_keys = layout.max_seqlen_k - split.last_keys;
-    const int64_t most = std::min<int64_t>({device.sm_count / items, FAS_MERGE_MAX_STATES - (layout.causal ? 1 : 0),
-                                            split.unmasked_keys / kMinChunkKeys});
-    if (most < 2) return {};
-    split.chunk_keys = static_cast<int32_t>(ceil_div(ceil_div(split.unmasked_keys, most), kKeyTile) * kKeyTile);
-    split.chunks = static_cast<int>(ceil_div(split.unmasked_keys, split.chunk_keys));
+    const fas_sm90::Kernel* served = fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal);
+    if (served == nullptr) return split;
+    const int64_t items =
+        layout.batch_size * ceil_div(layout.max_seqlen_q, fas_sm90::query_tile_rows(*served)) * layout.num_heads_q;
+    split.few_tiles = items * 2 <= device.sm_count;
+    const int64_t row_bytes = static_cast<int64_t>(layout.num_heads_q) * layout.head_dim * 2;
+    if (!split.few_tiles || !is_16bit_dtype(layout.dtype) || layout.q_row_stride * 2 % 16 != 0 || row_bytes % 16 != 0) {
+        return split;
+    }
+    const fas_sm90::Kernel* unmasked = fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, false);
+    if (unmasked == nullptr) return split;
+    const int32_t last_keys =
+        layout.causal
+            ? static_cast<int32_t>(std::min<int64_t>(layout.max_seqlen_k, ceil_div(layout.max_seqlen_q, kKeyTile) * kKeyTile))
+            : 0;
+    const int32_t unmasked_keys = layout.max_seqlen_k - last_keys;
+    const int64_t most = std::min<int64_t>(
+        {device.sm_count / items, FAS_MERGE_MAX_STATES - (layout.causal ? 1 : 0), unmasked_keys / kMinChunkKeys});
+    if (most < 2) return split;
+    split.unmasked = unmasked;
+    split.causal = layout.causal ? served : nullptr;
+    split.last_keys = last_keys;
+    split.unmasked_keys = unmasked_keys;
+    split.chunk_keys = static_cast<int32_t>(ceil_div(ceil_div(unmasked_keys, most), kKeyTile) * kKeyTile);
+    split.chunks = static_cast<int>(ceil_div(unmasked_keys, split.chunk_keys));
     return split;
 }
 

@@ -26,13 +26,16 @@ struct KeySplit {
     int32_t last_keys = 0;       // causal: the last chunk's keys, on the causal kernel; else 0
     const fas_sm90::Kernel* unmasked = nullptr;
     const fas_sm90::Kernel* causal = nullptr;
+    // The SM90 kernel's (query tile, head) pairs fill less than half of the SMs, split or not.
+    bool few_tiles = false;
     int states() const { return chunks + (last_keys > 0 ? 1 : 0); }  // partial results merged
 };
 
 // The split of a validated batch-layout request that routes_to_plan accepts, or none
 // (states() == 0) where it does not pay: its (query tile, head) pairs fill half of the SMs or
-// more, its keys make fewer than two chunks of kMinChunkKeys, its rows are not 16-byte multiples,
-// or no SM90 kernel serves its pieces. Reads no device memory.
+// more, its keys make fewer than two chunks of kMinChunkKeys (there the split's launches and two
+// plans a call cost more than its parallelism gains), its rows are not 16-byte multiples, or no
+// SM90 kernel serves its pieces. Reads no device memory.
 KeySplit choose_key_split(const Layout& layout, const DeviceProps& device);
 
 // Device scratch of a split run: the partial outputs (the call's dtype) and LSEs, the chunks'

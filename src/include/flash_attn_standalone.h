@@ -106,12 +106,13 @@
  *   kernel for it, or an SM90 kernel for the dtype, head dim (or one above it) and mask.
  *   With few query tiles over long keys (the SM90 kernel's query tiles times num_heads_q fill at
  *   most half of the SMs, and the keys before the last max_seqlen_q, rounded up to 128, make two
- *   chunks of at least 1024) the SM90 kernels split the keys: the chunks every query sees whole on
+ *   chunks of at least 2048) the SM90 kernels split the keys: the chunks every query sees whole on
  *   the non-causal kernel (which a causal call needs too), the last one on the causal kernel, and
  *   the partial outputs, rounded to the dtype, merged by their LSE; fas_fwd_workspace_size then
- *   reports their scratch (partial outputs and LSEs, each chunk's copy of q). A call the SM90
- *   kernels do not split stays on FA2 where this build's split-KV kernel would divide its keys
- *   (fas_fwd_workspace_size then reports its accumulators). Else fas_fwd makes a plan for the
+ *   reports their scratch (partial outputs and LSEs, each chunk's copy of q). A call whose SM90
+ *   tiles fill less than half of the SMs but whose keys are too short for that split stays on
+ *   FA2 where this build's split-KV kernel would divide its keys (fas_fwd_workspace_size then
+ *   reports its accumulators). Else fas_fwd makes a plan for the
  *   call (host offsets i * max_seqlen_q and i * max_seqlen_k; the plan API's family choice,
  *   fas_plan_create), runs it once and releases it
  *   with fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache

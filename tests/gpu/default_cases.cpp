@@ -245,8 +245,8 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 // (api/fwd_split.h); with the LSE in the caller's workspace, then without it in the
                 // library's scratch.
                 AttentionCase few{"fwd-key-split", dtype, 16, 2, info.head_dim, info.causal != 0, false,
-                                  {100, 100}, {5000, 5000}};
-                if (!few.causal) few.seqlens_k = {4999, 4999};
+                                  {100, 100}, {9000, 9000}};
+                if (!few.causal) few.seqlens_k = {8999, 8999};
                 few.expect_key_split = true;
                 few.same_precision_chunks = few.causal ? 5 : 4;  // the split on a 132-SM card
                 few.forward_plan_lse = true;

@@ -23,7 +23,7 @@ struct Shape {
     int same_precision_chunks;  // AttentionCase's: the key split's partials on a 132-SM card
 };
 constexpr Shape kDecode{"fwd-decode-graph", 4, 1, 1000, 0};
-constexpr Shape kKeySplit{"fwd-key-split-graph", 2, 100, 5000, 5};
+constexpr Shape kKeySplit{"fwd-key-split-graph", 2, 100, 9000, 5};
 
 CaseOutcome run_capture_case(fas_dtype dtype, int head_dim, const Shape& shape, cudaStream_t stream) {
     const int batch = shape.batch, keys = shape.keys, queries = shape.queries;
