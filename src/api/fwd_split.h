@@ -45,7 +45,7 @@ size_t key_split_scratch_bytes(const Layout& layout, const KeySplit& split, bool
 // Enqueues the split on args.stream: the query copies, a plan over the unmasked chunks, one over
 // the causal last chunks, the merge into out (and softmax_lse, reordered into [batch, heads,
 // queries]). The plans are made under a relaxed capture mode and retired on the stream (while it
-// captures, the graph owns their memory). scratch: key_split_scratch_bytes, 256-byte aligned.
+// captures, the graph owns their memory). scratch: key_split_scratch_bytes, 16-byte aligned.
 fas_status run_key_split(const fas_fwd_args& args, const Layout& layout, const KeySplit& split,
                          const DeviceProps& device, void* scratch);
 
