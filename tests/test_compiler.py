@@ -172,6 +172,13 @@ class KillingContainer(FakeContainer):
         self.block = block
         self.compiled: list[str] = []
         self.blocking = threading.Event()  # set once a compile holds on `block`
+        # A removed container runs nothing more: its removal and a compile's start (writing the
+        # partial) exclude each other, as the engine's kill does for a real nvcc.
+        self._lock = threading.Lock()
+
+    def remove(self):
+        with self._lock:
+            super().remove()
 
     def exec(self, argv, log_path=None, environment=None):
         from flashbuild.toolchains.container import ExecResult
@@ -183,8 +190,11 @@ class KillingContainer(FakeContainer):
         name = output.name.split("-")[0]  # <tu>-<key>.o.<pid>.partial; TU names hold no dash
         self.compiled.append(name)
         if self.block is not None:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_bytes(b"half an object")
+            with self._lock:
+                if self.removed:  # a compile started after the removal: nothing runs
+                    raise EngineLost("the container went away")
+                output.parent.mkdir(parents=True, exist_ok=True)
+                output.write_bytes(b"half an object")
             self.blocking.set()
             self.block.wait(30)
             if self.removed:  # as ToolchainContainer says of a command that died with its container
