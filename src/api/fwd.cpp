@@ -19,6 +19,7 @@ struct Call {
     fas_fwd_args args;  // the caller's struct, copied
     Layout layout;
     fas_fa2::LaunchPlan plan;
+    Route route;
 };
 
 fas_status validate(const fas_fwd_args* user_args, Call* call) {
@@ -77,11 +78,13 @@ fas_status plan_fa2(Call* call) {
     return FAS_SUCCESS;
 }
 
-// Plans the FA2 launch of a validated call; true where it runs on a plan instead (fwd_route.h).
-// A call no FA2 kernel serves may still run on a plan; its FA2 status is returned otherwise.
+// Plans the FA2 launch of a validated call and its route; true where it runs on a plan instead
+// (fwd_route.h). A call no FA2 kernel serves may still run on a plan; its FA2 status is returned
+// otherwise.
 bool takes_plan(Call* call, fas_status* fa2_status) {
     *fa2_status = plan_fa2(call);
-    return routes_to_plan(call->layout, *fa2_status == FAS_SUCCESS && call->plan.num_splits > 1);
+    call->route = choose_route(call->layout, *fa2_status == FAS_SUCCESS && call->plan.num_splits > 1);
+    return call->route.on_plan;
 }
 
 // Device scratch from cudaMallocAsync, released on the stream when the launch fails; on success
@@ -128,13 +131,14 @@ fas_status take_scratch(const fas_fwd_args& args, size_t bytes, StreamScratch* a
     return FAS_SUCCESS;
 }
 
-// A request routes_to_plan accepts, on a plan; *routed = false where it stays on FA2 after all.
+// A request routed on_plan (choose_route), on a plan; *routed = false where it stays on FA2 after all.
 fas_status forward_on_plan(const Call& call, bool* routed) {
     StreamScratch allocated(call.args.stream);
     char* scratch = nullptr;
-    fas_status status = take_scratch(call.args, routed_scratch_bytes(call.args, call.layout), &allocated, &scratch);
+    fas_status status =
+        take_scratch(call.args, routed_scratch_bytes(call.args, call.layout, call.route), &allocated, &scratch);
     if (status != FAS_SUCCESS) return status;
-    status = run_on_plan(call.args, call.layout, scratch, routed);
+    status = run_on_plan(call.args, call.layout, call.route, scratch, routed);
     if (status != FAS_SUCCESS || !*routed) return status;
     const cudaError_t free_error = allocated.release();
     return free_error == cudaSuccess ? FAS_SUCCESS : fail_cuda(free_error, "cudaFreeAsync of the scratch");
@@ -179,7 +183,7 @@ fas_status forward_workspace_size(const fas_fwd_args* args, size_t* bytes) {
     if (status != FAS_SUCCESS) return status;
     fas_status fa2_status = FAS_SUCCESS;
     if (takes_plan(&call, &fa2_status)) {  // the plan's own memory is the library's
-        *bytes = routed_scratch_bytes(call.args, call.layout);
+        *bytes = routed_scratch_bytes(call.args, call.layout, call.route);
         return FAS_SUCCESS;
     }
     if (fa2_status == FAS_SUCCESS) *bytes = call.plan.scratch_bytes;

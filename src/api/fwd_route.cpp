@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "api/fwd_split.h"
 #include "api/plan.h"
 #include "core/capture.h"
 #include "core/device.h"
@@ -43,50 +42,43 @@ bool paged_decode_serves(const Layout& layout) {
                                     fas_paged::pair_tiles(/*contiguous=*/true, 0), &why) != nullptr;
 }
 
-// The key split a routed request runs with (none where the paged family takes it).
-KeySplit routed_split(const Layout& layout, const DeviceProps& device) {
-    return paged_decode_serves(layout) ? KeySplit{} : choose_key_split(layout, device);
-}
-
 }  // namespace
 
-bool routes_to_plan(const Layout& layout, bool fa2_splits) {
-    if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return false;
-    if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return false;
-    if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return false;
+Route choose_route(const Layout& layout, bool fa2_splits) {
+    Route route;
+    if (layout.varlen || layout.max_seqlen_q < 1 || layout.max_seqlen_k < 1) return route;
+    if (layout.causal && layout.max_seqlen_k < layout.max_seqlen_q) return route;
+    if (layout.out_row_stride != static_cast<int64_t>(layout.num_heads_q) * layout.head_dim) return route;
     // Every row offset must fit the plan's int32 offsets.
     if (static_cast<int64_t>(layout.batch_size) * std::max(layout.max_seqlen_q, layout.max_seqlen_k) > INT32_MAX) {
-        return false;
+        return route;
     }
-    DeviceProps device{};
-    if (check_current_device(&device) != FAS_SUCCESS || !device.is_sm90()) return false;
-    if (paged_decode_serves(layout)) return true;
-    if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) == nullptr) return false;
+    if (check_current_device(&route.device) != FAS_SUCCESS || !route.device.is_sm90()) return route;
+    if (paged_decode_serves(layout)) {
+        route.on_plan = true;
+        return route;
+    }
+    if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) == nullptr) return route;
+    route.split = choose_key_split(layout, route.device);
     // FA2's split-KV kernel keeps what it splits only where SM90's tiles fill less than half of
     // the SMs and its keys are too short for SM90 to split them itself: elsewhere SM90 is faster
     // (H200: 94 against 177 us at 6 x 100 x 8k, 16/2; docs/design/fa2-routing.md).
-    if (!fa2_splits) return true;
-    const KeySplit split = choose_key_split(layout, device);
-    return split.states() > 0 || !split.few_tiles;
+    route.on_plan = !fa2_splits || route.split.states() > 0 || !route.split.few_tiles;
+    return route;
 }
 
-size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout) {
-    DeviceProps device{};
-    if (check_current_device(&device) == FAS_SUCCESS) {
-        const KeySplit split = routed_split(layout, device);
-        if (split.states() > 0) return key_split_scratch_bytes(layout, split, args.softmax_lse != nullptr);
-    }
-    if (args.softmax_lse == nullptr || layout.max_seqlen_q <= 1) return 0;
+size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout, const Route& route) {
+    if (route.split.states() > 0) return key_split_scratch_bytes(layout, route.split, args.softmax_lse != nullptr);
+    if (!batch_lse_needs_reorder(args.softmax_lse, layout.max_seqlen_q)) return 0;
     return static_cast<size_t>(layout.batch_size) * layout.max_seqlen_q * layout.num_heads_q * sizeof(float);
 }
 
-fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scratch, bool* routed) {
+fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, const Route& route, void* scratch,
+                       bool* routed) {
     *routed = false;
-    DeviceProps device{};
-    if (const fas_status status = check_current_device(&device); status != FAS_SUCCESS) return status;
-    if (const KeySplit split = routed_split(layout, device); split.states() > 0) {
+    if (route.split.states() > 0) {
         *routed = true;
-        return run_key_split(args, layout, split, device, scratch);
+        return run_key_split(args, layout, route.split, route.device, scratch);
     }
     const std::vector<int32_t> cu_q = uniform_offsets(layout.batch_size, layout.max_seqlen_q);
     const std::vector<int32_t> cu_k = uniform_offsets(layout.batch_size, layout.max_seqlen_k);
@@ -127,7 +119,7 @@ fas_status run_on_plan(const fas_fwd_args& args, const Layout& layout, void* scr
     run.out = args.out;
     // SM90 and paged plans write the LSE token-major: with one query per sequence that is fas_fwd's
     // batch layout already, else it goes through the scratch and is reordered after the run.
-    const bool reorder = args.softmax_lse != nullptr && layout.max_seqlen_q > 1;
+    const bool reorder = batch_lse_needs_reorder(args.softmax_lse, layout.max_seqlen_q);
     run.softmax_lse = reorder ? static_cast<float*>(scratch) : args.softmax_lse;
     run.stream = args.stream;
     status = run_plan(plan, &run);

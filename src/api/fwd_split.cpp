@@ -40,17 +40,27 @@ ScratchLayout scratch_layout(const Layout& layout, const KeySplit& split, bool l
     s.partial_lse = s.partial_out + aligned(split.states() * rows * row_bytes);
     s.q_copies = s.partial_lse + aligned(split.states() * lse_bytes);
     s.merged_lse = s.q_copies + aligned(split.chunks * rows * row_bytes);
-    s.total = s.merged_lse + (lse && layout.max_seqlen_q > 1 ? aligned(lse_bytes) : 0);
+    s.total = s.merged_lse + (lse && layout.max_seqlen_q > 1 ? aligned(lse_bytes) : 0);  // batch_lse_needs_reorder
     return s;
 }
 
-// One plan of the split over pieces of sequences (host offsets: queries at cu_q in q's rows, keys
-// of the lengths cu_k lists from kv_starts in the call's K and V), run into out and lse (rows of
-// num_heads_q x head_dim, token-major) and retired on the call's stream.
+// Pieces of sequences as one plan lists them: piece j's queries are rows cu_q[j].. of its q, its
+// keys cu_k[j + 1] - cu_k[j] rows of the call's K and V from kv_starts[j].
+struct Pieces {
+    std::vector<int32_t> cu_q{0}, cu_k{0}, kv_starts;
+    void add(int32_t queries, int32_t keys, int32_t first_key) {
+        cu_q.push_back(cu_q.back() + queries);
+        cu_k.push_back(cu_k.back() + keys);
+        kv_starts.push_back(first_key);
+    }
+};
+
+// One plan of the split over `pieces`, run into out and lse (rows of num_heads_q x head_dim,
+// token-major) and retired on the call's stream.
 fas_status run_piece(const fas_fwd_args& args, const Layout& request, const fas_sm90::Kernel* kernel,
-                     const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k,
-                     const std::vector<int32_t>& kv_starts, const void* q, int64_t q_row_stride, void* out, float* lse,
+                     const Pieces& pieces, const void* q, int64_t q_row_stride, void* out, float* lse,
                      const DeviceProps& device) {
+    const std::vector<int32_t>& cu_q = pieces.cu_q;
     const int sequences = static_cast<int>(cu_q.size()) - 1;
     Layout layout = request;
     layout.varlen = true;
@@ -62,14 +72,14 @@ fas_status run_piece(const fas_fwd_args& args, const Layout& request, const fas_
     layout.total_k = request.batch_size * request.max_seqlen_k;  // every key row K and V hold
     fas_sm90::PlanLayout schedule{};
     schedule.cu_seqlens_q = cu_q.data();
-    schedule.cu_seqlens_k = cu_k.data();
+    schedule.cu_seqlens_k = pieces.cu_k.data();
     schedule.batch_size = sequences;
     schedule.num_heads_q = request.num_heads_q;
     schedule.num_heads_k = request.num_heads_k;
     schedule.head_dim = kernel->head_dim;
     schedule.causal = kernel->causal;
     schedule.sm_count = device.sm_count;
-    schedule.kv_starts = kv_starts.data();
+    schedule.kv_starts = pieces.kv_starts.data();
     std::unique_ptr<fas_sm90::Plan> plan;
     {
         RelaxedCaptureScope relaxed;  // as fwd_route.cpp's plans: the schedule's block may allocate
@@ -140,29 +150,19 @@ fas_status run_key_split(const fas_fwd_args& args, const Layout& layout, const K
     if (error != cudaSuccess) return fail_cuda(error, "the query rows' copies for the key split");
 
     // Piece j = c * batch + i: chunk c of sequence i, its queries at rows j * queries of the copies.
-    std::vector<int32_t> cu_q(1, 0), cu_k(1, 0), starts;
+    Pieces unmasked;
     for (int c = 0; c < split.chunks; ++c) {
         const int32_t length = std::min(split.chunk_keys, split.unmasked_keys - c * split.chunk_keys);
-        for (int i = 0; i < batch; ++i) {
-            cu_q.push_back(cu_q.back() + queries);
-            cu_k.push_back(cu_k.back() + length);
-            starts.push_back(i * keys + c * split.chunk_keys);
-        }
+        for (int i = 0; i < batch; ++i) unmasked.add(queries, length, i * keys + c * split.chunk_keys);
     }
-    fas_status status = run_piece(args, layout, split.unmasked, cu_q, cu_k, starts, base + at.q_copies, row_elements,
+    fas_status status = run_piece(args, layout, split.unmasked, unmasked, base + at.q_copies, row_elements,
                                   partial_out(0), partial_lse(0), device);
     if (status != FAS_SUCCESS) return status;
     if (split.last_keys > 0) {  // sequence i's last keys, from the call's own query rows
-        cu_q.assign(1, 0);
-        cu_k.assign(1, 0);
-        starts.clear();
-        for (int i = 0; i < batch; ++i) {
-            cu_q.push_back(cu_q.back() + queries);
-            cu_k.push_back(cu_k.back() + split.last_keys);
-            starts.push_back(i * keys + split.unmasked_keys);
-        }
-        status = run_piece(args, layout, split.causal, cu_q, cu_k, starts, args.q, layout.q_row_stride,
-                           partial_out(split.chunks), partial_lse(split.chunks), device);
+        Pieces last;
+        for (int i = 0; i < batch; ++i) last.add(queries, split.last_keys, i * keys + split.unmasked_keys);
+        status = run_piece(args, layout, split.causal, last, args.q, layout.q_row_stride, partial_out(split.chunks),
+                           partial_lse(split.chunks), device);
         if (status != FAS_SUCCESS) return status;
     }
 
@@ -184,7 +184,7 @@ fas_status run_key_split(const fas_fwd_args& args, const Layout& layout, const K
     merge.out_token_stride = layout.out_row_stride;
     merge.out_head_stride = layout.head_dim;
     // With one query a sequence the token-major LSE is fas_fwd's [batch, heads, 1] already.
-    const bool reorder = args.softmax_lse != nullptr && queries > 1;
+    const bool reorder = batch_lse_needs_reorder(args.softmax_lse, queries);
     merge.out_lse = reorder ? reinterpret_cast<float*>(base + at.merged_lse) : args.softmax_lse;
     merge.out_lse_token_stride = layout.num_heads_q;
     merge.out_lse_head_stride = 1;

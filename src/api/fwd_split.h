@@ -31,7 +31,7 @@ struct KeySplit {
     int states() const { return chunks + (last_keys > 0 ? 1 : 0); }  // partial results merged
 };
 
-// The split of a validated batch-layout request that routes_to_plan accepts, or none
+// The split of a validated batch-layout request that choose_route sends to a plan, or none
 // (states() == 0) where it does not pay: its (query tile, head) pairs fill half of the SMs or
 // more, its keys make fewer than two chunks of kMinChunkKeys (there the split's launches and two
 // plans a call cost more than its parallelism gains), its rows are not 16-byte multiples, or no
