@@ -112,11 +112,20 @@ def _sm90_template_args(tu) -> str:
     return (f"{DTYPES[tu.input_dtype].value}, {DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}")
 
 
-def _sm90_source(tu, what: str, header: str, run: str) -> str:
-    """An SM90 kernel TU: the explicit specialization named by the family's symbol, calling `run`."""
+# The head dims whose 16-bit varlen tile, causal, has 80 keys per stage (src/sm90/tiles.h): a GEMM
+# width that CuTe declares only among its extended GMMA shapes, so those TUs (prefill and softcap)
+# define them. sm90/launch.cuh asserts that a TU defines them exactly where its tile needs them.
+SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS = (192, 256)
+EXTENDED_GMMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1"
+
+
+def _sm90_source(tu, what: str, header: str, run: str, extended_gmma: bool = False) -> str:
+    """An SM90 kernel TU: the explicit specialization named by the family's symbol, calling `run`;
+    extended_gmma: its tile needs CuTe's extended GMMA shapes (defined before any CuTe header)."""
     return "\n".join([
         KERNEL_HEADER.rstrip("\n"),
         f"// {what}, head dim {tu.head_dim}, {_causal_word(tu)}. Exactly one instantiation.",
+        *([f"{EXTENDED_GMMA_DEFINE}  // 80 keys per stage (sm90/tiles.h)"] if extended_gmma else []),
         f'#include "{header}"',
         "",
         "namespace fas_sm90 {",
@@ -139,9 +148,15 @@ def _run_ragged(tu, scores: str = "") -> str:
             f"{_cpp_bool(tu.causal)}{flag}>")
 
 
+def _varlen_16bit_extended_gmma(tu) -> bool:
+    """Whether a 16-bit varlen TU's tile (prefill, softcap) needs CuTe's extended GMMA shapes."""
+    return tu.input_dtype == tu.dtype and tu.causal and tu.head_dim in SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS
+
+
 def render_sm90(tu) -> str:
     what = f"FP8 {tu.input_dtype} in, {tu.dtype} out" if tu.input_dtype != tu.dtype else tu.dtype
-    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill: {what}", "sm90/launch.cuh", _run_ragged(tu))
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill: {what}", "sm90/launch.cuh", _run_ragged(tu),
+                        _varlen_16bit_extended_gmma(tu))
 
 
 def sm90_symbol(tu) -> str:
@@ -150,7 +165,7 @@ def sm90_symbol(tu) -> str:
 
 def render_sm90_softcap(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 ragged prefill with a logits softcap: {tu.dtype}", "sm90/launch.cuh",
-                        _run_ragged(tu, "kSoftcap"))
+                        _run_ragged(tu, "kSoftcap"), _varlen_16bit_extended_gmma(tu))
 
 
 def sm90_softcap_symbol(tu) -> str:

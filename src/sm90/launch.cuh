@@ -67,6 +67,24 @@ struct Fp8Descales {
 // window bounds (so its kernels are built non-causal and without the window template).
 enum class Scores { kPlain, kSoftcap, kSegments };
 
+// Whether a kernel TU's CuTe has its extended GMMA shapes exactly where its tile has a GEMM
+// width without them (sm90/tiles.h): missing, the GEMM runs as narrower instructions; unneeded,
+// the TU compiles ~40 s longer for nothing. Tuning builds (other tables) define them everywhere.
+template <int CtaKV, int HeadDim>
+constexpr bool extended_gmma_shapes_as_needed() {
+    const bool needed = !gmma_width_without_extended_shapes(CtaKV) || !gmma_width_without_extended_shapes(HeadDim);
+#if defined(FAS_SM90_TILES_OVERRIDE)
+    return true;
+#elif defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+    return needed;
+#else
+    return !needed;
+#endif
+}
+#define FAS_SM90_EXTENDED_SHAPES_MESSAGE                                                     \
+    "a kernel TU defines CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED exactly where its tile needs " \
+    "it (sm90/tiles.h; flashbuild kernel_sources.SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS)"
+
 // The upstream types one kernel is assembled from, per input family. Paged: K/V from a paged
 // cache through FlashInfer's sparse mainloop (paged_launch.cuh), whose four producer warps gather
 // each tile row by row through the page table (cp.async) instead of one TMA copy.
@@ -77,6 +95,7 @@ struct Assembly16 {
     // Varlen kernels take a left window (a plan without one passes kNoWindow): the mask costs a
     // compare on the diagonal tiles only, and one kernel serves both.
     static constexpr bool kWindow = !Paged && S != Scores::kSegments;
+    static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
                                                              SoftmaxScaleAndSinks>>;
@@ -106,6 +125,7 @@ struct Assembly16 {
 
 template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
 struct AssemblyFp8 {
+    static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = Fp8Descales;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,

@@ -12,6 +12,17 @@ struct TileShape {
     int stages;   // K/V pipeline depth
 };
 
+// Whether CuTe's GMMA selector has one instruction of width n (a tile's keys per stage in the QK
+// GEMM, the head dim in the PV GEMM) without its extended shapes: 8, 16, 32, 64, 96, 128, 192 and
+// 256. Other widths (80) it runs as several narrower instructions (n = 80: five of width 16,
+// hdim 256 causal 35% slower on an H200) unless the TU defines
+// CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, whose header costs ~40 s of front end on 2 cores; so
+// sm90/launch.cuh asserts that a kernel TU defines it exactly where its tile needs it, and
+// kernelgen defines it there (kernel_sources.SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS).
+constexpr bool gmma_width_without_extended_shapes(int n) {
+    return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
+}
+
 #ifdef FAS_SM90_TILES_OVERRIDE
 // Tuning builds only (bench/tune_tiles.py): another table, same signature.
 #include FAS_SM90_TILES_OVERRIDE
