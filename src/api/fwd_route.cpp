@@ -61,9 +61,13 @@ Route choose_route(const Layout& layout, bool fa2_splits) {
     if (fas_sm90::find_kernel(layout.dtype, layout.dtype, layout.head_dim, layout.causal) == nullptr) return route;
     route.split = choose_key_split(layout, route.device);
     // FA2's split-KV kernel keeps what it splits only where SM90's tiles fill less than half of
-    // the SMs and its keys are too short for SM90 to split them itself: elsewhere SM90 is faster
-    // (H200: 94 against 177 us at 6 x 100 x 8k, 16/2; docs/design/fa2-routing.md).
-    route.on_plan = !fa2_splits || route.split.states() > 0 || !route.split.few_tiles;
+    // the SMs and SM90 does not split the keys, or splits too little work to repay its fixed cost:
+    // elsewhere SM90 is faster (H200: 94 against 177 us at 6 x 100 x 8k, 16/2; 77 against 130 at
+    // 1 x 128 x 32k; docs/design/fa2-routing.md).
+    const bool fa2_keeps =
+        fa2_splits && route.split.few_tiles && (route.split.states() == 0 || !route.split.beats_fa2_split);
+    if (fa2_keeps) route.split = KeySplit{};
+    route.on_plan = !fa2_keeps;
     return route;
 }
 

@@ -22,6 +22,11 @@ namespace {
 // its parallelism (docs/design/fa2-routing.md); from 4k keys a chunk it runs 0.2-0.5x.
 constexpr int32_t kMinChunkKeys = 2048;
 constexpr int32_t kKeyTile = 128;  // chunk boundaries on the SM90 kernels' key tiles
+// Where FA2's split-KV kernel is built, the key split takes a call only from this much work
+// (multiply-adds of one score matrix product: batch x queries x keys x query heads x head dim).
+// H200, bf16 hd128 causal 16/2: 1 x 64 x 32k (2^32) ran 75 us split here against 74 for FA2's,
+// 1 x 64 x 6000 55 against 24, 1 x 128 x 32k 77 against 130 (docs/design/fa2-routing.md).
+constexpr int64_t kKeySplitOverFa2Macs = int64_t{1} << 32;
 constexpr size_t kAlign = 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -126,6 +131,8 @@ KeySplit choose_key_split(const Layout& layout, const DeviceProps& device) {
     split.unmasked_keys = unmasked_keys;
     split.chunk_keys = static_cast<int32_t>(ceil_div(ceil_div(unmasked_keys, most), kKeyTile) * kKeyTile);
     split.chunks = static_cast<int>(ceil_div(unmasked_keys, split.chunk_keys));
+    split.beats_fa2_split = static_cast<int64_t>(layout.batch_size) * layout.max_seqlen_q * layout.max_seqlen_k *
+                                layout.num_heads_q * layout.head_dim >= kKeySplitOverFa2Macs;
     return split;
 }
 

@@ -28,6 +28,9 @@ struct KeySplit {
     const fas_sm90::Kernel* causal = nullptr;
     // The SM90 kernel's (query tile, head) pairs fill less than half of the SMs, split or not.
     bool few_tiles = false;
+    // Enough work (batch x queries x keys x query heads x head dim >= kKeySplitOverFa2Macs) for the
+    // split's fixed cost a call (two plans, six launches) to lose against FA2's split-KV kernel.
+    bool beats_fa2_split = false;
     int states() const { return chunks + (last_keys > 0 ? 1 : 0); }  // partial results merged
 };
 

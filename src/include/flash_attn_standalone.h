@@ -110,9 +110,11 @@
  *   the non-causal kernel (which a causal call needs too), the last one on the causal kernel, and
  *   the partial outputs, rounded to the dtype, merged by their LSE; fas_fwd_workspace_size then
  *   reports their scratch (partial outputs and LSEs, each chunk's copy of q). A call whose SM90
- *   tiles fill less than half of the SMs but whose keys are too short for that split stays on
- *   FA2 where this build's split-KV kernel would divide its keys (fas_fwd_workspace_size then
- *   reports its accumulators). Else fas_fwd makes a plan for the
+ *   tiles fill less than half of the SMs stays on FA2 where this build's split-KV kernel would
+ *   divide its keys (fas_fwd_workspace_size then reports its accumulators) and either its keys
+ *   are too short for that split or batch_size * max_seqlen_q * max_seqlen_k * num_heads_q *
+ *   head_dim is below 2^32 (less work than repays the split's fixed cost against FA2's).
+ *   Else fas_fwd makes a plan for the
  *   call (host offsets i * max_seqlen_q and i * max_seqlen_k; the plan API's family choice,
  *   fas_plan_create), runs it once and releases it
  *   with fas_plan_destroy_async on args->stream. Its device memory comes from the library's cache

@@ -244,9 +244,12 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 // into chunks of uneven length, the last one causal, and merges the partial results
                 // (api/fwd_split.h); with the LSE in the caller's workspace, then without it in the
                 // library's scratch.
+                // Keys enough for the split to take the call from FA2's split-KV kernel too (in
+                // builds that have it): 2^32 multiply-adds (the header's rule), 9000 at least.
+                const int keys = key_split_keys(2, 100, 16, info.head_dim);
                 AttentionCase few{"fwd-key-split", dtype, 16, 2, info.head_dim, info.causal != 0, false,
-                                  {100, 100}, {9000, 9000}};
-                if (!few.causal) few.seqlens_k = {8999, 8999};
+                                  {100, 100}, {keys, keys}};
+                if (!few.causal) few.seqlens_k = {keys - 1, keys - 1};
                 few.expect_key_split = true;
                 few.same_precision_chunks = few.causal ? 5 : 4;  // the split on a 132-SM card
                 few.forward_plan_lse = true;

@@ -19,14 +19,18 @@ constexpr int kHeadsQ = 16, kHeadsKv = 2;
 
 struct Shape {
     const char* name;
-    int batch, queries, keys;
+    int batch, queries, keys;   // keys 0: enough for the key split in every build (key_split_keys)
     int same_precision_chunks;  // AttentionCase's: the key split's partials on a 132-SM card
 };
+
+int keys_of(const Shape& shape, int head_dim) {
+    return shape.keys > 0 ? shape.keys : key_split_keys(shape.batch, shape.queries, kHeadsQ, head_dim);
+}
 constexpr Shape kDecode{"fwd-decode-graph", 4, 1, 1000, 0};
-constexpr Shape kKeySplit{"fwd-key-split-graph", 2, 100, 9000, 5};
+constexpr Shape kKeySplit{"fwd-key-split-graph", 2, 100, 0, 5};
 
 CaseOutcome run_capture_case(fas_dtype dtype, int head_dim, const Shape& shape, cudaStream_t stream) {
-    const int batch = shape.batch, keys = shape.keys, queries = shape.queries;
+    const int batch = shape.batch, keys = keys_of(shape, head_dim), queries = shape.queries;
     AttentionCase c{shape.name, dtype, kHeadsQ, kHeadsKv, head_dim, true, false,
                     std::vector<int>(batch, queries), std::vector<int>(batch, keys)};
     c.same_precision_chunks = shape.same_precision_chunks;
@@ -119,7 +123,7 @@ bool sm90_serves(fas_dtype dtype, int head_dim) {
 std::string capture_label(fas_dtype dtype, int head_dim, const Shape& shape) {
     return std::string(shape.name) + " " + dtype_name(dtype) + " hdim=" + std::to_string(head_dim) + " fas_fwd batch " +
            std::to_string(shape.batch) + " x " + std::to_string(shape.queries) + " queries x " +
-           std::to_string(shape.keys) + " keys, 16/2, causal: eager, then captured (global and thread-local mode), "
+           std::to_string(keys_of(shape, head_dim)) + " keys, 16/2, causal: eager, then captured (global and thread-local mode), "
            "each graph replayed twice";
 }
 

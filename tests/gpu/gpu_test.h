@@ -184,6 +184,14 @@ inline bool stream_card() {
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Keys per sequence of a fas_fwd call that the key split on SM90 takes from FA2's split-KV kernel
+// as well (the header: batch * queries * keys * heads_q * head_dim >= 2^32), 9000 at least (four
+// 2048-key chunks before the last on a 132-SM card).
+inline int key_split_keys(int batch, int queries, int heads_q, int head_dim) {
+    const int64_t per_key = static_cast<int64_t>(batch) * queries * heads_q * head_dim;
+    return static_cast<int>(std::max<int64_t>(9000, ((int64_t{1} << 32) + per_key - 1) / per_key));
+}
+
 // Page ids for a batch: a shuffled choice of `total` distinct pages out of num_pages.
 inline std::vector<int32_t> shuffled_pages(int total, int num_pages, std::mt19937_64& rng) {
     std::vector<int32_t> ids(num_pages);
