@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A change against a baseline revision on one GPU host, in one lease: both revisions' MATRIX built
+# cold side by side (host backend, each pinned to half of the CPUs: sums of TU times of one run),
+# this tree's minimal from the cached objects, its tarballs' GPU tests as copied, then both full
+# builds timed row by row in the same rounds (bench/bench_pair.py). Issue 33's closing checks.
+#
+#   here:        bash scripts/gpu_pair.sh prepare REV
+#                  clones REV into .devcarry/base (git-ignored) and packs both revisions' host
+#                  carries (host_build_gpu.sh pack); carry .devcarry/host and .devcarry/base.
+#   GPU machine: bash scripts/gpu_pair.sh start [MATRIX]     both builds, detached; then this tree's
+#                                                             minimal and its GPU tests, detached
+#                bash scripts/gpu_pair.sh poll SECONDS        until both builds and the tests ended
+#                bash scripts/gpu_pair.sh report              build reports, test summaries
+#                bash scripts/gpu_pair.sh bench [ARGS...]     bench_pair.py --before base --after this
+#   Logs in build/pair/; keep the machine held between calls (call the next one at once), carry
+#   nothing after the first call (a carried path replaces what the build wrote there).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+logs=build/pair base=.devcarry/base
+export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH="/tmp/flashbuild-site${PYTHONPATH:+:$PYTHONPATH}"
+half=$(( $(nproc) / 2 ))
+mode=${1:-}
+shift || true
+
+artifact_dir() { ls -d "$1"/artifacts/*/"$2"-host-cuda*-sm90a 2> /dev/null | head -1; }
+
+tests() {  # TARBALL LABEL: every group in bf16, the attention group in fp16 and under memcheck
+  local t=$1 l=$2 w
+  bash scripts/gpu_check.sh "$t" --dtype bf16 --quick > "$logs/$l-bf16.log" 2>&1; echo "exit $?" >> "$logs/$l-bf16.log"
+  bash scripts/gpu_check.sh "$t" --dtype fp16 --quick --only attention > "$logs/$l-fp16.log" 2>&1
+  echo "exit $?" >> "$logs/$l-fp16.log"
+  w=$(mktemp -d) && tar -xzf "$t" -C "$w"
+  compute-sanitizer --tool memcheck "$(find "$w" -mindepth 1 -maxdepth 1 -type d)/bin/test_varlen_inference" \
+    --dtype bf16 --quick --only attention > "$logs/$l-memcheck.log" 2>&1
+  echo "exit $?" >> "$logs/$l-memcheck.log"
+}
+
+case $mode in
+prepare)
+  rev=${1:?usage: gpu_pair.sh prepare REV}
+  rm -rf "$base" && git clone -q "$repo" "$base" && git -C "$base" checkout -q "$rev" || exit
+  bash scripts/host_build_gpu.sh pack > /dev/null || exit
+  ln -s "$repo/third_party" "$base/third_party" && (cd "$base" && bash scripts/host_build_gpu.sh pack > /dev/null)
+  rc=$?; rm -f "$base/third_party"; du -sh "$base" .devcarry/host; exit $rc ;;
+start)
+  matrix=${1:-full}
+  mkdir -p "$logs" && echo "$matrix" > "$logs/matrix"
+  { nvidia-smi -L; lscpu | grep -E "^(Model name|Core|Thread|CPU\(s\))"; nvcc --version | tail -1; } | tee "$logs/host.txt"
+  taskset -c "0-$((half - 1))" bash scripts/host_build_gpu.sh start "$matrix" .devcarry/host || exit
+  (cd "$base" && taskset -c "$half-$(( $(nproc) - 1 ))" bash scripts/host_build_gpu.sh start "$matrix" .devcarry/host) || exit
+  setsid nohup bash -c "while [ ! -f build/host-$matrix.end ]; do sleep 3; done
+    taskset -c 0-$((half - 1)) bash scripts/host_build_gpu.sh run minimal .devcarry/host > $logs/minimal-build.log 2>&1
+    for m in $matrix minimal; do bash scripts/gpu_pair.sh tests \$(ls artifacts/*/*\$m-host-cuda*.tar.gz) \$m; done
+    date > $logs/tests.done" < /dev/null > "$logs/chain.out" 2>&1 &
+  ;;
+tests) tests "$1" "$2" ;;
+poll)
+  matrix=$(cat "$logs/matrix") end=$(( $(date +%s) + ${1:?usage: gpu_pair.sh poll SECONDS} ))
+  until [[ -f $base/build/host-$matrix.end && -f $logs/tests.done ]] || (( $(date +%s) > end )); do sleep 10; done
+  for d in . "$base"; do
+    echo "$d: $(grep -cE '^  ok ' "$d/build/host-$matrix.out") TUs compiled, ended: $([[ -f $d/build/host-$matrix.end ]] && echo yes || echo no)"
+  done
+  ls "$logs" ;;
+report)
+  matrix=$(cat "$logs/matrix")
+  bash scripts/host_build_gpu.sh wait "$matrix" 5 > "$logs/this-build.log" 2>&1
+  (cd "$base" && bash scripts/host_build_gpu.sh wait "$matrix" 5) > "$logs/base-build.log" 2>&1
+  for f in "$logs"/*.log; do echo "== $f"; grep -E "summary:|ERROR SUMMARY|^exit|wall|sum of TU|passed, " "$f" | tail -6; done ;;
+bench)
+  matrix=$(cat "$logs/matrix")
+  python3 bench/bench_pair.py --before "$(artifact_dir "$base" "$matrix")" --after "$(artifact_dir . "$matrix")" "$@" \
+    2>&1 | tee "$logs/bench-pair.log" ;;
+*) echo "usage: gpu_pair.sh prepare REV | start [MATRIX] | poll SECONDS | report | bench [ARGS...]" >&2; exit 2 ;;
+esac
