@@ -123,8 +123,8 @@ bool sm90_serves(fas_dtype dtype, int head_dim) {
 std::string capture_label(fas_dtype dtype, int head_dim, const Shape& shape) {
     return std::string(shape.name) + " " + dtype_name(dtype) + " hdim=" + std::to_string(head_dim) + " fas_fwd batch " +
            std::to_string(shape.batch) + " x " + std::to_string(shape.queries) + " queries x " +
-           std::to_string(keys_of(shape, head_dim)) + " keys, 16/2, causal: eager, then captured (global and thread-local mode), "
-           "each graph replayed twice";
+           std::to_string(keys_of(shape, head_dim)) +
+           " keys, 16/2, causal: eager, then captured (global and thread-local mode), each graph replayed twice";
 }
 
 }  // namespace
