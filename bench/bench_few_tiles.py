@@ -29,9 +29,10 @@ from common import Library, fas_dtype, median_ms_each, print_table
 from fas_ctypes import PlanArgs, PlanRunArgs
 
 # (batch, queries, keys, heads_q, heads_kv). FA2 splits all but the last two. On 132 SMs the key
-# split takes the first four and 1 x 64 x 6000; FA2's split 2 x 16 x 1536 and 1 x 64 x 3000 (too
-# few keys for two 2048-key chunks); unsplit SM90 5 x 128 x 32k and 6 x 100 x 8k (its tiles fill
-# half of the SMs) and the last two (docs/design/fa2-routing.md).
+# split takes the first four; FA2's split 2 x 16 x 1536 and 1 x 64 x 3000 (too few keys for two
+# 2048-key chunks) and 1 x 64 x 6000 (under 2^32 multiply-adds; the key split in builds without
+# split-KV kernels); unsplit SM90 5 x 128 x 32k and 6 x 100 x 8k (its tiles fill half of the SMs)
+# and the last two (docs/design/fa2-routing.md).
 ROWS = [(1, 64, 32768, 16, 2), (1, 128, 32768, 16, 2), (1, 256, 32768, 32, 8), (2, 128, 16384, 16, 2),
         (1, 64, 6000, 16, 2), (2, 16, 1536, 16, 2), (1, 64, 3000, 16, 2), (5, 128, 32768, 16, 2),
         (6, 100, 8192, 16, 2), (1, 1024, 32768, 32, 8), (4, 512, 8192, 32, 8)]

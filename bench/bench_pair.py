@@ -33,6 +33,11 @@ def _try(make):
         return str(error).splitlines()[0][:50]
 
 
+def _per_build(libs: dict, make) -> dict:
+    """make(lib) -> a callable, for each build: {build: callable or refusal}."""
+    return {build: _try(lambda lib=lib: make(lib)) for build, lib in libs.items()}
+
+
 def _table_rows(label: str, paths: dict, repeats: int) -> list:
     """paths: path name -> {build: callable or refusal}; one table row per path."""
     fns = {(path, build): fn for path, by_build in paths.items() for build, fn in by_build.items() if callable(fn)}
@@ -47,12 +52,10 @@ def _table_rows(label: str, paths: dict, repeats: int) -> list:
 
 
 def _varlen(libs, q, k, v, out, causal, lengths, fp8=False, **masks) -> dict:
-    paths = {"plan": {b: _try(lambda lib=lib: lib.plan_fns(q, k, v, out, causal, lengths, **masks)[0])
-                      for b, lib in libs.items()}}
+    paths = {"plan": _per_build(libs, lambda lib: lib.plan_fns(q, k, v, out, causal, lengths, **masks)[0])}
     if fp8:
         q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-        paths["fp8 plan"] = {b: _try(lambda lib=lib: lib.plan_fns(q8, k8, v8, out, causal, lengths)[0])
-                             for b, lib in libs.items()}
+        paths["fp8 plan"] = _per_build(libs, lambda lib: lib.plan_fns(q8, k8, v8, out, causal, lengths)[0])
     return paths
 
 
@@ -67,7 +70,7 @@ def dense(libs, args):
                     out = torch.empty_like(q)
                     flat = [t.view(batch * seqlen, 16, head_dim) for t in (q, k, v, out)]
                     paths = _varlen(libs, *flat, causal, [seqlen] * batch, fp8=True)
-                    paths["fwd"] = {b: _try(lambda lib=lib: lib.forward_fn(q, k, v, out, causal)) for b, lib in libs.items()}
+                    paths["fwd"] = _per_build(libs, lambda lib: lib.forward_fn(q, k, v, out, causal))
                     yield f"{dtype_name} hd{head_dim} {'causal' if causal else 'full'} {batch}x{seqlen}", paths
 
 
@@ -101,7 +104,7 @@ def few_tiles(libs, args):
         k, v = (torch.randn(batch, keys, heads_kv, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         out = torch.empty_like(q)
         yield (f"bf16 hd128 causal {batch} x {queries} x {keys} {heads_q}/{heads_kv}",
-               {"fwd": {b: _try(lambda lib=lib: lib.forward_fn(q, k, v, out, True)) for b, lib in libs.items()}})
+               {"fwd": _per_build(libs, lambda lib: lib.forward_fn(q, k, v, out, True))})
 
 
 SECTIONS = {"dense": dense, "vision": vision, "varlen": varlen, "masks": masks, "fwd": few_tiles}

@@ -160,7 +160,9 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
             tar.extractall(root)
     upstream = [f"-I{root}/fi/cccl/cub", f"-I{root}/fi/cccl/libcudacxx/include", f"-I{root}/fi/cccl/thrust",
                 f"-I{root}/fi/include", "-isystem", f"{root}/fi/cutlass/include",
-                "-isystem", f"{root}/fi/cutlass/tools/util/include", *FLASHINFER_DEFINES]
+                "-isystem", f"{root}/fi/cutlass/tools/util/include", *FLASHINFER_DEFINES,
+                # Any table's GEMM widths: CuTe's extended GMMA shapes in every kernel TU (sm90/tiles.h).
+                "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
     # first_include: a folder whose src/-relative headers replace ours (experiments).
     own = ([f"-I{first_include.resolve()}"] if first_include else []) + [f"-I{REPO}/src/include", f"-I{REPO}/src"]
     gen = out / "gen"
@@ -178,15 +180,13 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         header = gen / f"tiles_{variant}.h"
         header.write_text(override_header(table))
         override = f'-DFAS_SM90_TILES_OVERRIDE="{header}"'
-        # Any table's widths: CuTe's extended GMMA shapes in every kernel TU (sm90/tiles.h).
-        extended = "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"
         mine = []
         for key in kernels:
             q, kv, stages = table[key[:3]]
             tu = kernel_tu(*key)
             source = REPO / tu.source
             obj = objects / f"{source.stem}_q{q}_kv{kv}_s{stages}.o"
-            jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, extended, "-o", str(obj),
+            jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
                                             str(source)])
             mine.append(obj)
         # The schedule reads the tile table: one object per variant.

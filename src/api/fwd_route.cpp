@@ -65,14 +65,14 @@ Route choose_route(const Layout& layout, bool fa2_splits) {
     // elsewhere SM90 is faster (H200: 94 against 177 us at 6 x 100 x 8k, 16/2; 77 against 130 at
     // 1 x 128 x 32k; docs/design/fa2-routing.md).
     const bool fa2_keeps =
-        fa2_splits && route.split.few_tiles && (route.split.states() == 0 || !route.split.beats_fa2_split);
+        fa2_splits && route.split.few_tiles && (route.split.states() == 0 || !key_split_beats_fa2(layout));
     if (fa2_keeps) route.split = KeySplit{};
     route.on_plan = !fa2_keeps;
     return route;
 }
 
 size_t routed_scratch_bytes(const fas_fwd_args& args, const Layout& layout, const Route& route) {
-    if (route.split.states() > 0) return key_split_scratch_bytes(layout, route.split, args.softmax_lse != nullptr);
+    if (route.split.states() > 0) return key_split_scratch_bytes(layout, route.split, args.softmax_lse);
     if (!batch_lse_needs_reorder(args.softmax_lse, layout.max_seqlen_q)) return 0;
     return static_cast<size_t>(layout.batch_size) * layout.max_seqlen_q * layout.num_heads_q * sizeof(float);
 }

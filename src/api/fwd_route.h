@@ -18,8 +18,8 @@ struct Route {
     // (causal: at least as many keys as queries, so that no row is left without keys), out
     // contiguous, on an SM90 device with a paged kernel for it (at most kMaxDecodeQueries queries)
     // or an SM90 kernel for the dtype, head dim and mask. Where FA2 would split the keys
-    // (fa2_splits: its split-KV kernel is built and chosen for the request), only if SM90 splits
-    // them too or its tiles fill half of the SMs. Else FA2.
+    // (fa2_splits: its split-KV kernel is built and chosen for the request), only if SM90's tiles
+    // fill half of the SMs, or SM90 splits the keys too and key_split_beats_fa2. Else FA2.
     bool on_plan = false;
     KeySplit split;  // states() > 0: the key split on SM90 (api/fwd_split.h)
     DeviceProps device{};

@@ -37,7 +37,7 @@ struct ScratchLayout {
     size_t partial_out = 0, partial_lse = 0, q_copies = 0, merged_lse = 0, total = 0;
 };
 
-ScratchLayout scratch_layout(const Layout& layout, const KeySplit& split, bool lse) {
+ScratchLayout scratch_layout(const Layout& layout, const KeySplit& split, const float* softmax_lse) {
     const size_t rows = static_cast<size_t>(layout.batch_size) * layout.max_seqlen_q;
     const size_t row_bytes = static_cast<size_t>(layout.num_heads_q) * layout.head_dim * 2;  // 16-bit dtypes
     const size_t lse_bytes = rows * layout.num_heads_q * sizeof(float);
@@ -45,7 +45,7 @@ ScratchLayout scratch_layout(const Layout& layout, const KeySplit& split, bool l
     s.partial_lse = s.partial_out + aligned(split.states() * rows * row_bytes);
     s.q_copies = s.partial_lse + aligned(split.states() * lse_bytes);
     s.merged_lse = s.q_copies + aligned(split.chunks * rows * row_bytes);
-    s.total = s.merged_lse + (lse && layout.max_seqlen_q > 1 ? aligned(lse_bytes) : 0);  // batch_lse_needs_reorder
+    s.total = s.merged_lse + (batch_lse_needs_reorder(softmax_lse, layout.max_seqlen_q) ? aligned(lse_bytes) : 0);
     return s;
 }
 
@@ -131,18 +131,21 @@ KeySplit choose_key_split(const Layout& layout, const DeviceProps& device) {
     split.unmasked_keys = unmasked_keys;
     split.chunk_keys = static_cast<int32_t>(ceil_div(ceil_div(unmasked_keys, most), kKeyTile) * kKeyTile);
     split.chunks = static_cast<int>(ceil_div(unmasked_keys, split.chunk_keys));
-    split.beats_fa2_split = static_cast<int64_t>(layout.batch_size) * layout.max_seqlen_q * layout.max_seqlen_k *
-                                layout.num_heads_q * layout.head_dim >= kKeySplitOverFa2Macs;
     return split;
 }
 
-size_t key_split_scratch_bytes(const Layout& layout, const KeySplit& split, bool lse) {
-    return split.states() > 0 ? scratch_layout(layout, split, lse).total : 0;
+bool key_split_beats_fa2(const Layout& layout) {
+    return static_cast<int64_t>(layout.batch_size) * layout.max_seqlen_q * layout.max_seqlen_k * layout.num_heads_q *
+               layout.head_dim >= kKeySplitOverFa2Macs;
+}
+
+size_t key_split_scratch_bytes(const Layout& layout, const KeySplit& split, const float* softmax_lse) {
+    return split.states() > 0 ? scratch_layout(layout, split, softmax_lse).total : 0;
 }
 
 fas_status run_key_split(const fas_fwd_args& args, const Layout& layout, const KeySplit& split,
                          const DeviceProps& device, void* scratch) {
-    const ScratchLayout at = scratch_layout(layout, split, args.softmax_lse != nullptr);
+    const ScratchLayout at = scratch_layout(layout, split, args.softmax_lse);
     char* const base = static_cast<char*>(scratch);
     const int batch = layout.batch_size, queries = layout.max_seqlen_q, keys = layout.max_seqlen_k;
     const int64_t rows = static_cast<int64_t>(batch) * queries;

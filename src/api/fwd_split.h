@@ -28,9 +28,6 @@ struct KeySplit {
     const fas_sm90::Kernel* causal = nullptr;
     // The SM90 kernel's (query tile, head) pairs fill less than half of the SMs, split or not.
     bool few_tiles = false;
-    // Enough work (batch x queries x keys x query heads x head dim >= kKeySplitOverFa2Macs) for the
-    // split's fixed cost a call (two plans, six launches) to lose against FA2's split-KV kernel.
-    bool beats_fa2_split = false;
     int states() const { return chunks + (last_keys > 0 ? 1 : 0); }  // partial results merged
 };
 
@@ -41,9 +38,13 @@ struct KeySplit {
 // SM90 kernel serves its pieces. Reads no device memory.
 KeySplit choose_key_split(const Layout& layout, const DeviceProps& device);
 
+// Whether the request has work enough (batch x queries x keys x query heads x head dim >= 2^32)
+// to repay the split's fixed cost a call (two plans, six launches) against FA2's split-KV kernel.
+bool key_split_beats_fa2(const Layout& layout);
+
 // Device scratch of a split run: the partial outputs (the call's dtype) and LSEs, the chunks'
 // copies of the query rows, and the merged LSE before its reorder into fas_fwd's layout.
-size_t key_split_scratch_bytes(const Layout& layout, const KeySplit& split, bool lse);
+size_t key_split_scratch_bytes(const Layout& layout, const KeySplit& split, const float* softmax_lse);
 
 // Enqueues the split on args.stream: the query copies, a plan over the unmasked chunks, one over
 // the causal last chunks, the merge into out (and softmax_lse, reordered into [batch, heads,
