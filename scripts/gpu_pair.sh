@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # A change against a baseline revision on one GPU host, in one lease: both revisions' MATRIX built
-# cold side by side (host backend, each pinned to half of the CPUs: sums of TU times of one run),
-# this tree's minimal from the cached objects, its tarballs' GPU tests as copied, then both full
-# builds timed row by row in the same rounds (bench/bench_pair.py). Issue 33's closing checks.
+# cold one after the other, each with every CPU (host backend; sums of TU times of one machine on
+# one day), this tree's minimal from the cached objects and its tarballs' GPU tests while the
+# baseline builds, then both full builds timed row by row in the same rounds (bench/bench_pair.py).
+# Issue 33's closing checks. Not side by side on half the CPUs each: the build that ends first
+# leaves the other an idle half, so their TUs see different loads (2026-11-28, H200 x4 host:
+# sm90_fp8_prefill, whose sources the two revisions share, took 1.26x as long in the shorter build).
 #
 #   here:        bash scripts/gpu_pair.sh prepare REV
 #                  clones REV into .devcarry/base (git-ignored) and packs both revisions' host
 #                  carries (host_build_gpu.sh pack); carry .devcarry/host and .devcarry/base.
-#   GPU machine: bash scripts/gpu_pair.sh start [MATRIX]     both builds, detached; then this tree's
+#   GPU machine: bash scripts/gpu_pair.sh start [MATRIX]     both builds in turn, then this tree's
 #                                                             minimal and its GPU tests, detached
 #                bash scripts/gpu_pair.sh poll SECONDS        until both builds and the tests ended
 #                bash scripts/gpu_pair.sh report              build reports, test summaries
-#                bash scripts/gpu_pair.sh bench [ARGS...]     bench_pair.py --before base --after this
+#                bash scripts/gpu_pair.sh bench [ARGS...]     bench_pair.py --before base --after this,
+#                                                             then the other way round
 #   Logs in build/pair/; keep the machine held between calls (call the next one at once), carry
 #   nothing after the first call (a carried path replaces what the build wrote there).
 set -uo pipefail
@@ -19,7 +23,6 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 logs=build/pair base=.devcarry/base
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH="/tmp/flashbuild-site${PYTHONPATH:+:$PYTHONPATH}"
-half=$(( $(nproc) / 2 ))
 mode=${1:-}
 shift || true
 
@@ -47,12 +50,14 @@ start)
   matrix=${1:-full}
   mkdir -p "$logs" && echo "$matrix" > "$logs/matrix"
   { nvidia-smi -L; lscpu | grep -E "^(Model name|Core|Thread|CPU\(s\))"; nvcc --version | tail -1; } | tee "$logs/host.txt"
-  taskset -c "0-$((half - 1))" bash scripts/host_build_gpu.sh start "$matrix" .devcarry/host || exit
-  (cd "$base" && taskset -c "$half-$(( $(nproc) - 1 ))" bash scripts/host_build_gpu.sh start "$matrix" .devcarry/host) || exit
-  setsid nohup bash -c "while [ ! -f build/host-$matrix.end ]; do sleep 3; done
-    taskset -c 0-$((half - 1)) bash scripts/host_build_gpu.sh run minimal .devcarry/host > $logs/minimal-build.log 2>&1
+  # This tree's build, then the baseline's; this tree's minimal and GPU tests (little CPU) beside the latter.
+  setsid nohup bash -c "bash scripts/host_build_gpu.sh start $matrix .devcarry/host || exit
+    while [ ! -f build/host-$matrix.end ]; do sleep 3; done
+    (cd $base && bash scripts/host_build_gpu.sh start $matrix .devcarry/host)
+    bash scripts/host_build_gpu.sh run minimal .devcarry/host > $logs/minimal-build.log 2>&1
     for m in $matrix minimal; do bash scripts/gpu_pair.sh tests \$(ls artifacts/*/*\$m-host-cuda*.tar.gz) \$m; done
     date > $logs/tests.done" < /dev/null > "$logs/chain.out" 2>&1 &
+  echo "started: this tree's $matrix, then $base's (build/host-$matrix.out in each)"
   ;;
 tests) tests "$1" "$2" ;;
 poll)
@@ -68,8 +73,11 @@ report)
   (cd "$base" && bash scripts/host_build_gpu.sh wait "$matrix" 5) > "$logs/base-build.log" 2>&1
   for f in "$logs"/*.log; do echo "== $f"; grep -E "summary:|ERROR SUMMARY|^exit|wall|sum of TU|passed, " "$f" | tail -6; done ;;
 bench)
+  # Twice, in two processes with the builds' load order swapped: an order effect shows as rows
+  # that move together with the order instead of with the build.
   matrix=$(cat "$logs/matrix")
-  python3 bench/bench_pair.py --before "$(artifact_dir "$base" "$matrix")" --after "$(artifact_dir . "$matrix")" "$@" \
-    2>&1 | tee "$logs/bench-pair.log" ;;
+  before=$(artifact_dir "$base" "$matrix") after=$(artifact_dir . "$matrix")
+  python3 bench/bench_pair.py --before "$before" --after "$after" "$@" 2>&1 | tee "$logs/bench-pair.log"
+  python3 bench/bench_pair.py --before "$after" --after "$before" "$@" 2>&1 | tee "$logs/bench-pair-swapped.log" ;;
 *) echo "usage: gpu_pair.sh prepare REV | start [MATRIX] | poll SECONDS | report | bench [ARGS...]" >&2; exit 2 ;;
 esac
