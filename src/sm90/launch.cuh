@@ -31,6 +31,7 @@
 #include "sm90/segment_mask.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/sinks.cuh"
+#include "sm90/split_exp2.cuh"
 #include "sm90/tile_scheduler.cuh"
 #include "sm90/tiles.h"
 
@@ -48,6 +49,16 @@ struct SoftmaxScaleAndSinks {
 struct SoftmaxScaleAndCap {
     float sm_scale;
     float logits_soft_cap;
+};
+
+// FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/split_exp2.cuh).
+struct SoftcapAttention : flashinfer::LogitsSoftCap {
+    using flashinfer::LogitsSoftCap::LogitsSoftCap;
+
+    template <int NUM_ROWS_PER_THREAD>
+    __device__ auto GetAttentionUpdater() {
+        return SplitExp2Softmax<NUM_ROWS_PER_THREAD>(post_tanh_scale);
+    }
 };
 
 // Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar).
@@ -99,7 +110,7 @@ struct Assembly16 {
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
                                                              SoftmaxScaleAndSinks>>;
-    using Variant = std::conditional_t<S == Scores::kSoftcap, flashinfer::LogitsSoftCap,
+    using Variant = std::conditional_t<S == Scores::kSoftcap, SoftcapAttention,
                                        std::conditional_t<S == Scores::kSegments, SegmentMaskAttention, SinkAttention>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, Variant>;

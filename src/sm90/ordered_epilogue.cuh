@@ -37,13 +37,19 @@
 #include <flashinfer/attention/hopper/variants.cuh>
 
 #include "sm90/shared_storage.cuh"
+#include "sm90/split_exp2.cuh"
 
 namespace fas_sm90 {
 
 // FlashInfer's StandardFP8Attention under our own name, so that FP8 kernel traits built with it
-// pick the FP8 epilogue below; the attention math is unchanged.
+// pick the FP8 epilogue below; its softmax is the kernels' (sm90/split_exp2.cuh).
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
     using flashinfer::StandardFP8Attention::StandardFP8Attention;
+
+    template <int NUM_ROWS_PER_THREAD>
+    __device__ auto GetAttentionUpdater() {
+        return SplitExp2Softmax<NUM_ROWS_PER_THREAD>(sm_scale_with_qk_log2);
+    }
 };
 
 // Threads that copy one output row: 16-byte vectors, a power of two that divides the row's
