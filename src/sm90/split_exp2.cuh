@@ -2,7 +2,8 @@
 // kPolyEvery-th column of a thread's score tile through exp2_fma (FMA and ALU pipes,
 // sm90/exp2_fma.h), the rest through exp2f (MUFU.EX2, the XU pipe). kPolyEvery = 0 keeps
 // FlashInfer's update as it is. Which share pays is measured per family
-// (docs/design/sm90-mainloop-plan.md); FAS_SM90_POLY_EXP2_EVERY sets it for a build (default 0).
+// (docs/design/sm90-mainloop-plan.md); FAS_SM90_POLY_EXP2_EVERY sets it for a build (default 0),
+// FAS_SM90_HOLD_PV_WAIT whether the update holds the PV GEMM's wait behind it (below; default 0).
 //
 // The update is the usual online softmax (running row max, the previous sum and O rescaled by
 // 2^(old max - new max), scores exponentiated against the new max and summed per thread; the
@@ -23,11 +24,32 @@
 #ifndef FAS_SM90_POLY_EXP2_EVERY
 #define FAS_SM90_POLY_EXP2_EVERY 0
 #endif
+#ifndef FAS_SM90_HOLD_PV_WAIT
+#define FAS_SM90_HOLD_PV_WAIT 0
+#endif
 
 namespace fas_sm90 {
 
 constexpr int kPolyExp2Every = FAS_SM90_POLY_EXP2_EVERY;
 static_assert(kPolyExp2Every >= 0, "FAS_SM90_POLY_EXP2_EVERY: 0 (off) or every how many columns");
+constexpr bool kHoldPvWait = FAS_SM90_HOLD_PV_WAIT != 0;
+
+// The mainloops issue QK^T of tile n and PV of tile n-1, wait for the first, run this update,
+// then wait for PV: the softmax is meant to run while PV does. ptxas (12.4 and 13.0 alike) moves
+// that second wait up to just after the first row's max, so the exponentials run after PV has
+// finished, in the 16-bit kernels and the FP8 ones (SASS: no MUFU.EX2 between the two
+// WARPGROUP.DEPBARs). A fence predicated on the row sums (taken only for a NaN sum, and
+// harmless then) gives the wait an instruction it may not pass that depends on every
+// exponential: ptxas keeps the wait behind it (SASS: all of a tile's MUFU.EX2 between them).
+__device__ __forceinline__ void hold_pv_wait_behind(float value) {
+    asm volatile(
+        "{\n"
+        " .reg .pred nan;\n"
+        " setp.neu.f32 nan, %0, %0;\n"
+        " @nan membar.cta;\n"
+        "}\n" ::"f"(value)
+        : "memory");
+}
 
 template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every>
 struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
@@ -36,6 +58,18 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
 
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void update(Tensor0& acc_s) {
+        exponentiate_and_sum<init>(acc_s);
+        if constexpr (kHoldPvWait) {
+            float sums = 0.f;
+#pragma unroll
+            for (int mi = 0; mi < cute::size(this->row_sum); ++mi) sums += this->row_sum(mi);
+            hold_pv_wait_behind(sums);
+        }
+    }
+
+  private:
+    template <bool init, typename Tensor0>
+    __forceinline__ __device__ void exponentiate_and_sum(Tensor0& acc_s) {
         if constexpr (kPolyEvery == 0) {
             Base::template update<init>(acc_s);
         } else {
@@ -60,7 +94,6 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
         }
     }
 
-  private:
     __forceinline__ __device__ static float lowest() { return -cuda::std::numeric_limits<float>::max(); }
 
     // Each score s becomes 2^(s * scale - max * scale): the subtraction folds into one FFMA.
