@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Kernel variants of one tree on one GPU host, in one call: dev libraries (bench/dev_library.py)
+# of a few kernel TUs built side by side with the host's nvcc, one per set of -D flags; each
+# variant's test binary (attention group, bf16; one variant under memcheck too), then
+# bench_pair.py of the first variant against each other one. Issue 35's compile-time switches
+# (FAS_SM90_HOLD_PV_WAIT, FAS_SM90_POLY_EXP2_EVERY) are what it was written for.
+#
+#   here:        bash scripts/host_build_gpu.sh pack            (third_party's headers, once)
+#   GPU machine: bash scripts/gpu_variants.sh OUT TUS VARIANT... [-- BENCH_ARGS...]
+#                  TUS: kernel TU names joined by commas (kernels/NAME.cu without .cu);
+#                  VARIANT: NAME=DEFINES, DEFINES joined by commas, empty for none
+#                  (base= hold=FAS_SM90_HOLD_PV_WAIT=1); the first is the baseline.
+#                  Libraries in OUT/NAME, logs in OUT/*.log; carry .devcarry/host.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export PATH=/usr/local/cuda/bin:$PATH
+out=${1:?usage: gpu_variants.sh OUT TUS VARIANT... [-- BENCH_ARGS...]}
+tus=${2:?usage: gpu_variants.sh OUT TUS VARIANT... [-- BENCH_ARGS...]}
+shift 2
+variants=()
+while (($#)) && [[ $1 != -- ]]; do variants+=("$1"); shift; done
+[[ ${1:-} == -- ]] && shift
+((${#variants[@]} >= 2)) || { echo "gpu_variants.sh: name a baseline and at least one variant" >&2; exit 2; }
+for stamp in third_party/flash-attn-*/.flashbuild-source.json third_party/flashinfer-python-*/.flashbuild-source.json; do
+  [[ -f $stamp ]] || { tar -xJf .devcarry/host/third_party.tar.xz || exit; break; }
+done
+mkdir -p "$out"
+{ nvidia-smi -L; nvcc --version | tail -1; git log --oneline -1; } | tee "$out/host.txt"
+
+# Each variant compiles its own objects (the flags key them); the host's cores are shared out.
+jobs=$(( $(nproc) / ${#variants[@]} ))
+for v in "${variants[@]}"; do
+  name=${v%%=*} defines=${v#*=}
+  args=()
+  [[ -n $defines ]] && for d in ${defines//,/ }; do args+=(--define "$d"); done
+  python3 bench/dev_library.py --out "$out/$name" --jobs "$((jobs > 0 ? jobs : 1))" "${args[@]}" ${tus//,/ } \
+    > "$out/build-$name.log" 2>&1 &
+done
+wait
+for v in "${variants[@]}"; do
+  name=${v%%=*}
+  tail -1 "$out/build-$name.log"
+  [[ -f $out/$name/bin/test_varlen_inference ]] || { echo "variant $name did not build: $out/build-$name.log"; exit 1; }
+done
+
+first=${variants[0]%%=*}
+for v in "${variants[@]}"; do
+  name=${v%%=*}
+  "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only attention > "$out/test-$name.log" 2>&1
+  echo "test $name: exit $?, $(grep -E '^summary:' "$out/test-$name.log")"
+done
+last=${variants[-1]%%=*}
+compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick --only attention \
+  > "$out/memcheck-$last.log" 2>&1
+echo "memcheck $last: exit $?, $(grep -E 'ERROR SUMMARY' "$out/memcheck-$last.log")"
+for v in "${variants[@]:1}"; do
+  name=${v%%=*}
+  python3 bench/bench_pair.py --before "$out/$first" --after "$out/$name" "$@" > "$out/pair-$name.log" 2>&1
+  echo "pair $first -> $name: $(tail -1 "$out/pair-$name.log")"
+done
