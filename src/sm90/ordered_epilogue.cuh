@@ -43,12 +43,31 @@ namespace fas_sm90 {
 
 // FlashInfer's StandardFP8Attention under our own name, so that FP8 kernel traits built with it
 // pick the FP8 epilogue below; its softmax is the kernels' (sm90/split_exp2.cuh).
+// FAS_SM90_FP8_FOLD_P_SCALE=1: P reaches e4m3's range through its exponent (2^(x + log2 448))
+// instead of a multiply per score after the softmax (PQuantize); O / sum then needs only V's
+// scale. Default 0: FlashInfer's multiply.
+#ifndef FAS_SM90_FP8_FOLD_P_SCALE
+#define FAS_SM90_FP8_FOLD_P_SCALE 0
+#endif
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
-    using flashinfer::StandardFP8Attention::StandardFP8Attention;
+    static constexpr bool kFoldPScale = FAS_SM90_FP8_FOLD_P_SCALE != 0;
+
+    template <typename MainloopParams, typename BlockCoord>
+    __device__ OrderedEpilogueFP8Attention(const MainloopParams& params, const BlockCoord& block_coord)
+        : flashinfer::StandardFP8Attention(params, block_coord) {
+        if constexpr (kFoldPScale) scale_pv *= p_scale;  // v_scale: the row sums carry p_scale too
+    }
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return SplitExp2Softmax<NUM_ROWS_PER_THREAD>(sm_scale_with_qk_log2);
+        SplitExp2Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale> updater(sm_scale_with_qk_log2);
+        if constexpr (kFoldPScale) updater.log2_prescale = log2f(p_scale);
+        return updater;
+    }
+
+    template <typename Tensor0>
+    __device__ __forceinline__ void PQuantize(Tensor0& tSrS) {
+        if constexpr (!kFoldPScale) flashinfer::StandardFP8Attention::PQuantize(tSrS);
     }
 };
 

@@ -3,7 +3,8 @@
 // sm90/exp2_fma.h), the rest through exp2f (MUFU.EX2, the XU pipe). kPolyEvery = 0 keeps
 // FlashInfer's update as it is. Which share pays is measured per family
 // (docs/design/sm90-mainloop-plan.md); FAS_SM90_POLY_EXP2_EVERY sets it for a build (default 0),
-// FAS_SM90_HOLD_PV_WAIT whether the update holds the PV GEMM's wait behind it (below; default 0).
+// FAS_SM90_HOLD_PV_WAIT whether the update holds the PV GEMM's wait behind it (below; default 0),
+// FAS_SM90_FP8_FOLD_P_SCALE whether FP8 folds its P scale into the exponents (sm90/ordered_epilogue.cuh).
 //
 // The update is the usual online softmax (running row max, the previous sum and O rescaled by
 // 2^(old max - new max), scores exponentiated against the new max and summed per thread; the
@@ -51,10 +52,23 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
         : "memory");
 }
 
-template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every>
+// kPrescaled: P comes out multiplied by 2^log2_prescale (the FP8 kernels' scale into e4m3's
+// range, folded into each exponent instead of a multiply per score); the LSE leaves it out.
+template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every, bool kPrescaled = false>
 struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
+    float log2_prescale = 0.f;
+
+    // The row sums carry the prescale as P does, so O / sum needs no correction; the LSE does.
+    template <typename Tensor0>
+    __forceinline__ __device__ void finalize(Tensor0& acc_s, float pv_scale = 1.f) {
+        Base::finalize(acc_s, pv_scale);
+        if constexpr (kPrescaled) {
+#pragma unroll
+            for (int mi = 0; mi < cute::size(this->row_sum); ++mi) this->row_sum(mi) -= log2_prescale;
+        }
+    }
 
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void update(Tensor0& acc_s) {
@@ -70,7 +84,7 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
   private:
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void exponentiate_and_sum(Tensor0& acc_s) {
-        if constexpr (kPolyEvery == 0) {
+        if constexpr (kPolyEvery == 0 && !kPrescaled) {
             Base::template update<init>(acc_s);
         } else {
             auto scores = cute::make_tensor(acc_s.data(), flashinfer::convert_layout_acc_rowcol(acc_s.layout()));
@@ -101,11 +115,13 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
     __forceinline__ __device__ void exponentiate(Scores& scores) const {
 #pragma unroll
         for (int mi = 0; mi < cute::size<0>(scores); ++mi) {
-            const float max_scaled = fmaxf(this->row_max(mi) * this->sm_scale_log2, lowest());
+            float max_scaled = fmaxf(this->row_max(mi) * this->sm_scale_log2, lowest());
+            if constexpr (kPrescaled) max_scaled -= log2_prescale;
 #pragma unroll
             for (int ni = 0; ni < cute::size<1>(scores); ++ni) {
                 const float x = scores(mi, ni) * this->sm_scale_log2 - max_scaled;
-                scores(mi, ni) = ni % kPolyEvery == kPolyEvery - 1 ? exp2_fma(x) : exp2f(x);
+                scores(mi, ni) = kPolyEvery > 0 && ni % (kPolyEvery > 0 ? kPolyEvery : 1) == kPolyEvery - 1
+                                     ? exp2_fma(x) : exp2f(x);
             }
         }
     }
