@@ -16,6 +16,7 @@
 #                bash scripts/gpu_pair.sh report              build reports, test summaries
 #                bash scripts/gpu_pair.sh bench [ARGS...]     bench_pair.py --before base --after this,
 #                                                             then the other way round
+#                bash scripts/gpu_pair.sh aa [ARGS...]        this build against a copy of itself
 #   Logs in build/pair/; keep the machine held between calls (call the next one at once), carry
 #   nothing after the first call (a carried path replaces what the build wrote there).
 set -uo pipefail
@@ -79,5 +80,12 @@ bench)
   before=$(artifact_dir "$base" "$matrix") after=$(artifact_dir . "$matrix")
   python3 bench/bench_pair.py --before "$before" --after "$after" "$@" 2>&1 | tee "$logs/bench-pair.log"
   python3 bench/bench_pair.py --before "$after" --after "$before" "$@" 2>&1 | tee "$logs/bench-pair-swapped.log" ;;
-*) echo "usage: gpu_pair.sh prepare REV | start [MATRIX] | poll SECONDS | report | bench [ARGS...]" >&2; exit 2 ;;
+aa)
+  # This build against a copy of itself under another path: what the bench's process alone moves.
+  matrix=$(cat "$logs/matrix")
+  after=$(artifact_dir . "$matrix") copy=build/pair/aa-copy
+  rm -rf "$copy" && cp -r "$after" "$copy" || exit
+  python3 bench/bench_pair.py --before "$after" --after "$copy" "$@" 2>&1 | tee "$logs/bench-pair-aa.log" ;;
+*) echo "usage: gpu_pair.sh prepare REV | start [MATRIX] | poll SECONDS | report | bench [ARGS...] | aa [ARGS...]" >&2
+  exit 2 ;;
 esac
