@@ -97,7 +97,8 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
                 flashinfer::reduce_max</*init=*/false>(scores, this->row_max);
 #pragma unroll
                 for (int mi = 0; mi < cute::size(this->row_max); ++mi) {
-                    // A row that has seen no key keeps -inf as its max: rescale by 2^0 (its sum is 0).
+                    // While a row has seen no key its max stays -inf: the clamp keeps old - new from
+                    // being -inf - -inf (NaN); its sum and O are 0 whatever the scale.
                     const float current = fmaxf(this->row_max(mi), lowest());
                     this->scores_scale(mi) = exp2f((previous(mi) - current) * this->sm_scale_log2);
                     this->row_sum(mi) *= this->scores_scale(mi);
