@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A change against a baseline revision on one GPU host, in one lease: both revisions' MATRIX built
-# cold one after the other, each with every CPU (host backend; sums of TU times of one machine on
-# one day), this tree's minimal from the cached objects and its tarballs' GPU tests while the
-# baseline builds, then both full builds timed row by row in the same rounds (bench/bench_pair.py).
+# cold one after the other (host backend; sums of TU times of one machine on one day), this tree's
+# minimal from the cached objects and its tarballs' GPU tests on four cores the baseline's build
+# leaves them, then both full builds timed row by row in the same rounds (bench/bench_pair.py).
 # Issue 33's closing checks. Not side by side on half the CPUs each: the build that ends first
 # leaves the other an idle half, so their TUs see different loads (2026-11-28, H200 x4 host:
 # sm90_fp8_prefill, whose sources the two revisions share, took 1.26x as long in the shorter build).
@@ -51,12 +51,16 @@ start)
   matrix=${1:-full}
   mkdir -p "$logs" && echo "$matrix" > "$logs/matrix"
   { nvidia-smi -L; lscpu | grep -E "^(Model name|Core|Thread|CPU\(s\))"; nvcc --version | tail -1; } | tee "$logs/host.txt"
-  # This tree's build, then the baseline's; this tree's minimal and GPU tests (little CPU) beside the latter.
+  # This tree's build on every core, then the baseline's on all cores but the first four, on
+  # which this tree's minimal (from its cached objects) and its GPU tests run meanwhile.
+  last=$(( $(nproc) - 1 ))
   setsid nohup bash -c "bash scripts/host_build_gpu.sh start $matrix .devcarry/host || exit
     while [ ! -f build/host-$matrix.end ]; do sleep 3; done
-    (cd $base && bash scripts/host_build_gpu.sh start $matrix .devcarry/host)
-    bash scripts/host_build_gpu.sh run minimal .devcarry/host > $logs/minimal-build.log 2>&1
-    for m in $matrix minimal; do bash scripts/gpu_pair.sh tests \$(ls artifacts/*/*\$m-host-cuda*.tar.gz) \$m; done
+    (cd $base && taskset -c 4-$last bash scripts/host_build_gpu.sh start $matrix .devcarry/host)
+    taskset -c 0-3 bash scripts/host_build_gpu.sh run minimal .devcarry/host > $logs/minimal-build.log 2>&1
+    for m in $matrix minimal; do
+      taskset -c 0-3 bash scripts/gpu_pair.sh tests \$(ls artifacts/*/*\$m-host-cuda*.tar.gz) \$m
+    done
     date > $logs/tests.done" < /dev/null > "$logs/chain.out" 2>&1 &
   echo "started: this tree's $matrix, then $base's (build/host-$matrix.out in each)"
   ;;
