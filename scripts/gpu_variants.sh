@@ -58,4 +58,6 @@ for v in "${variants[@]:1}"; do
   name=${v%%=*}
   python3 bench/bench_pair.py --before "$out/$first" --after "$out/$name" "$@" > "$out/pair-$name.log" 2>&1
   echo "pair $first -> $name: $(tail -1 "$out/pair-$name.log")"
+  # The rows that moved by more than 1% either way.
+  awk -F'|' 'NF > 5 && $6 + 0 > 0 && ($6 + 0 < 0.99 || $6 + 0 > 1.01)' "$out/pair-$name.log"
 done
