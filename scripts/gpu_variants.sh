@@ -10,7 +10,9 @@
 #                  TUS: kernel TU names joined by commas (kernels/NAME.cu without .cu);
 #                  VARIANT: NAME=DEFINES, DEFINES joined by commas, empty for none
 #                  (base= hold=FAS_SM90_HOLD_PV_WAIT=1); the first is the baseline.
-#                  Libraries in OUT/NAME, logs in OUT/*.log; carry .devcarry/host.
+#                  Libraries in OUT/NAME, logs in OUT/*.log; carry .devcarry/host. A variant
+#                  whose library OUT already holds (built here with the same nvcc, OUT carried)
+#                  is not built again.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -32,6 +34,8 @@ mkdir -p "$out"
 jobs=$(( $(nproc) / ${#variants[@]} ))
 for v in "${variants[@]}"; do
   name=${v%%=*} defines=${v#*=}
+  # Built already (e.g. on the build machine, same nvcc, OUT carried): kept.
+  [[ -x $out/$name/bin/test_varlen_inference ]] && { echo "$name: built already" > "$out/build-$name.log"; continue; }
   args=()
   [[ -n $defines ]] && for d in ${defines//,/ }; do args+=(--define "$d"); done
   python3 bench/dev_library.py --out "$out/$name" --jobs "$((jobs > 0 ? jobs : 1))" "${args[@]}" ${tus//,/ } \
