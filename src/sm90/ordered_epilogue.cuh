@@ -60,7 +60,8 @@ struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        SplitExp2Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale> updater(sm_scale_with_qk_log2);
+        SplitExp2Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale, /*kLazy=*/false> updater(
+            sm_scale_with_qk_log2);
         if constexpr (kFoldPScale) updater.log2_prescale = log2f(p_scale);
         return updater;
     }

@@ -28,12 +28,24 @@
 #ifndef FAS_SM90_HOLD_PV_WAIT
 #define FAS_SM90_HOLD_PV_WAIT 0
 #endif
+#ifndef FAS_SM90_LAZY_RESCALE_LOG2
+#define FAS_SM90_LAZY_RESCALE_LOG2 0
+#endif
 
 namespace fas_sm90 {
 
 constexpr int kPolyExp2Every = FAS_SM90_POLY_EXP2_EVERY;
 static_assert(kPolyExp2Every >= 0, "FAS_SM90_POLY_EXP2_EVERY: 0 (off) or every how many columns");
 constexpr bool kHoldPvWait = FAS_SM90_HOLD_PV_WAIT != 0;
+// 16-bit kernels: a row keeps its running max until a tile raises it by more than this many
+// powers of two (0: every raise rescales, FlashInfer's rule). P then reaches at most 2^this
+// (fp16 and bf16 hold it; e4m3's 448 does not, so the FP8 kernels never take it), and O and the
+// row sums are rescaled only when some row of the warp moved its max: the multiply of O per tile
+// sits between the two GEMMs' issue. The final O / sum and the LSE use the same max, so the
+// result is the same softmax.
+constexpr float kLazyRescaleLog2 = FAS_SM90_LAZY_RESCALE_LOG2;
+static_assert(kLazyRescaleLog2 >= 0.f && kLazyRescaleLog2 <= 8.f,
+              "FAS_SM90_LAZY_RESCALE_LOG2: 0 (off) to 8 (P up to 256)");
 
 // The mainloops issue QK^T of tile n and PV of tile n-1, wait for the first, run this update,
 // then wait for PV: the softmax is meant to run while PV does. ptxas (12.4 and 13.0 alike) moves
@@ -54,7 +66,9 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
 
 // kPrescaled: P comes out multiplied by 2^log2_prescale (the FP8 kernels' scale into e4m3's
 // range, folded into each exponent instead of a multiply per score); the LSE leaves it out.
-template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every, bool kPrescaled = false>
+// kLazy: the running max moves only past kLazyRescaleLog2 (above); the FP8 kernels pass false.
+template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every, bool kPrescaled = false,
+          bool kLazy = (kLazyRescaleLog2 > 0.f)>
 struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
@@ -68,6 +82,19 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
 #pragma unroll
             for (int mi = 0; mi < cute::size(this->row_sum); ++mi) this->row_sum(mi) -= log2_prescale;
         }
+    }
+
+    // Skipped by a whole warp when none of its rows moved its max (kLazy); the call after finalize
+    // (scores_scale = 1 / sum) always has work.
+    template <typename Tensor1>
+    __forceinline__ __device__ void rescale_o(Tensor1& acc_o) {
+        if constexpr (kLazy) {
+            bool moved = false;
+#pragma unroll
+            for (int mi = 0; mi < cute::size(this->scores_scale); ++mi) moved |= this->scores_scale(mi) != 1.f;
+            if (!__any_sync(0xffffffffu, moved)) return;
+        }
+        Base::rescale_o(acc_o);
     }
 
     template <bool init, typename Tensor0>
@@ -84,7 +111,7 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
   private:
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void exponentiate_and_sum(Tensor0& acc_s) {
-        if constexpr (kPolyEvery == 0 && !kPrescaled) {
+        if constexpr (kPolyEvery == 0 && !kPrescaled && !kLazy) {
             Base::template update<init>(acc_s);
         } else {
             auto scores = cute::make_tensor(acc_s.data(), flashinfer::convert_layout_acc_rowcol(acc_s.layout()));
@@ -100,6 +127,14 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
                     // While a row has seen no key its max stays -inf: the clamp keeps old - new from
                     // being -inf - -inf (NaN); its sum and O are 0 whatever the scale.
                     const float current = fmaxf(this->row_max(mi), lowest());
+                    if constexpr (kLazy) {
+                        // (A row that had seen no key has previous -inf: its max always moves.)
+                        if ((current - previous(mi)) * this->sm_scale_log2 <= kLazyRescaleLog2) {
+                            this->row_max(mi) = previous(mi);
+                            this->scores_scale(mi) = 1.f;
+                            continue;
+                        }
+                    }
                     this->scores_scale(mi) = exp2f((previous(mi) - current) * this->sm_scale_log2);
                     this->row_sum(mi) *= this->scores_scale(mi);
                 }
