@@ -10,9 +10,9 @@
 #                  TUS: kernel TU names joined by commas (kernels/NAME.cu without .cu);
 #                  VARIANT: NAME=DEFINES, DEFINES joined by commas, empty for none
 #                  (base= hold=FAS_SM90_HOLD_PV_WAIT=1); the first is the baseline.
-#                  Libraries in OUT/NAME, logs in OUT/*.log; carry .devcarry/host. A variant
-#                  whose library OUT already holds (built here with the same nvcc, OUT carried)
-#                  is not built again.
+#                  Libraries in OUT/NAME, logs in OUT/*.log. A variant whose library OUT
+#                  already holds (built on the build machine with the same nvcc, OUT carried
+#                  without its objects/) is not built again; carry .devcarry/host for the rest.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -24,9 +24,13 @@ variants=()
 while (($#)) && [[ $1 != -- ]]; do variants+=("$1"); shift; done
 [[ ${1:-} == -- ]] && shift
 ((${#variants[@]} >= 2)) || { echo "gpu_variants.sh: name a baseline and at least one variant" >&2; exit 2; }
-for stamp in third_party/flash-attn-*/.flashbuild-source.json third_party/flashinfer-python-*/.flashbuild-source.json; do
-  [[ -f $stamp ]] || { tar -xJf .devcarry/host/third_party.tar.xz || exit; break; }
-done
+unbuilt=0
+for v in "${variants[@]}"; do [[ -x $out/${v%%=*}/bin/test_varlen_inference ]] || unbuilt=1; done
+if ((unbuilt)); then  # the pinned headers, for the variants still to build
+  for stamp in third_party/flash-attn-*/.flashbuild-source.json third_party/flashinfer-python-*/.flashbuild-source.json; do
+    [[ -f $stamp ]] || { tar -xJf .devcarry/host/third_party.tar.xz || exit; break; }
+  done
+fi
 mkdir -p "$out"
 { nvidia-smi -L; nvcc --version | tail -1; git log --oneline -1; } | tee "$out/host.txt"
 
