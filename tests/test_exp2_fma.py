@@ -1,5 +1,5 @@
 """src/sm90/exp2_fma.h, compiled on the host with g++, against the promises its comment makes: the
-FMA-pipe 2^x that the SM90 softmax may use for a share of its exponentials (sm90/split_exp2.cuh).
+FMA-pipe 2^x that the SM90 softmax may use for a share of its exponentials (sm90/softmax.cuh).
 The device build runs the same float operations (round-to-nearest intrinsics)."""
 
 import shutil

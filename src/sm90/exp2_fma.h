@@ -1,4 +1,4 @@
-// 2^x on the FMA and ALU pipes, for a share of the softmax's exponentials (sm90/split_exp2.cuh).
+// 2^x on the FMA and ALU pipes, for a share of the softmax's exponentials (sm90/softmax.cuh).
 // The SM90 kernels' MUFU (XU pipe) work is one exp2 per score, ~1.55 ms of a 16k-token, 16-head
 // prefill on the H200 at any head dim, and the FP8 kernels hide none of it behind their GEMMs
 // (docs/design/sm90-mainloop-plan.md, step 1); the FMA pipe idles at 15-23% there.

@@ -31,7 +31,7 @@
 #include "sm90/segment_mask.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/sinks.cuh"
-#include "sm90/split_exp2.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/tile_scheduler.cuh"
 #include "sm90/tiles.h"
 
@@ -51,13 +51,13 @@ struct SoftmaxScaleAndCap {
     float logits_soft_cap;
 };
 
-// FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/split_exp2.cuh).
+// FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/softmax.cuh).
 struct SoftcapAttention : flashinfer::LogitsSoftCap {
     using flashinfer::LogitsSoftCap::LogitsSoftCap;
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return SplitExp2Softmax<NUM_ROWS_PER_THREAD>(post_tanh_scale);
+        return Softmax<NUM_ROWS_PER_THREAD>(post_tanh_scale);
     }
 };
 

@@ -37,12 +37,12 @@
 #include <flashinfer/attention/hopper/variants.cuh>
 
 #include "sm90/shared_storage.cuh"
-#include "sm90/split_exp2.cuh"
+#include "sm90/softmax.cuh"
 
 namespace fas_sm90 {
 
 // FlashInfer's StandardFP8Attention under our own name, so that FP8 kernel traits built with it
-// pick the FP8 epilogue below; its softmax is the kernels' (sm90/split_exp2.cuh).
+// pick the FP8 epilogue below; its softmax is the kernels' (sm90/softmax.cuh).
 // FAS_SM90_FP8_FOLD_P_SCALE=1: P reaches e4m3's range through its exponent (2^(x + log2 448))
 // instead of a multiply per score after the softmax (PQuantize); O / sum then needs only V's
 // scale. Default 0: FlashInfer's multiply.
@@ -51,18 +51,23 @@ namespace fas_sm90 {
 #endif
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
     static constexpr bool kFoldPScale = FAS_SM90_FP8_FOLD_P_SCALE != 0;
+    // log2 of p_scale, e4m3's largest value (448; the FP8 kernels take e4m3 only): a constant, not
+    // a MUFU.LG2 per work tile.
+    static constexpr float kLog2PScale = 8.80735492205760410749f;
 
     template <typename MainloopParams, typename BlockCoord>
     __device__ OrderedEpilogueFP8Attention(const MainloopParams& params, const BlockCoord& block_coord)
         : flashinfer::StandardFP8Attention(params, block_coord) {
+        static_assert(!kFoldPScale || std::is_same_v<typename MainloopParams::DTypeKV, cutlass::float_e4m3_t>,
+                      "kLog2PScale is e4m3's");
         if constexpr (kFoldPScale) scale_pv *= p_scale;  // v_scale: the row sums carry p_scale too
     }
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        SplitExp2Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale, /*kLazy=*/false> updater(
+        Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale, /*kLazy=*/false> updater(
             sm_scale_with_qk_log2);
-        if constexpr (kFoldPScale) updater.log2_prescale = log2f(p_scale);
+        if constexpr (kFoldPScale) updater.log2_prescale = kLog2PScale;
         return updater;
     }
 

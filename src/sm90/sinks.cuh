@@ -16,7 +16,7 @@
 #include <flashinfer/attention/hopper/variant_helper.cuh>
 #include <flashinfer/math.cuh>
 
-#include "sm90/split_exp2.cuh"
+#include "sm90/softmax.cuh"
 
 namespace fas_sm90 {
 
@@ -25,12 +25,12 @@ __device__ __forceinline__ float load_sink(const float* sinks, uint32_t qo_head)
     return sinks == nullptr ? 0.f : __ldg(sinks + qo_head);
 }
 
-// The kernels' online softmax (sm90/split_exp2.cuh) with the sink counted in finalize: a row's denominator becomes
-// sum + 2^(sink - m) (m: the row's scaled max), computed against max(m, sink) so that neither
-// term overflows; rows that saw no key keep the upstream result (out 0).
+// The kernels' online softmax (sm90/softmax.cuh) with the sink counted in finalize: a row's
+// denominator becomes sum + 2^(sink - m) (m: the row's scaled max), computed against max(m, sink)
+// so that neither term overflows; rows that saw no key keep the upstream result (out 0).
 template <int NUM_ROWS_PER_THREAD>
-struct SinkSoftmax : SplitExp2Softmax<NUM_ROWS_PER_THREAD> {
-    using Base = SplitExp2Softmax<NUM_ROWS_PER_THREAD>;
+struct SinkSoftmax : Softmax<NUM_ROWS_PER_THREAD> {
+    using Base = Softmax<NUM_ROWS_PER_THREAD>;
     bool has_sink;
     float sink_logit;  // natural-log units
 

@@ -1,17 +1,18 @@
-// The online softmax of the SM90 kernels with its exponentials split between two pipes: every
-// kPolyEvery-th column of a thread's score tile through exp2_fma (FMA and ALU pipes,
-// sm90/exp2_fma.h), the rest through exp2f (MUFU.EX2, the XU pipe). kPolyEvery = 0 keeps
-// FlashInfer's update as it is. Which share pays is measured per family
-// (docs/design/sm90-mainloop-plan.md); FAS_SM90_POLY_EXP2_EVERY sets it for a build (default 0),
-// FAS_SM90_HOLD_PV_WAIT whether the update holds the PV GEMM's wait behind it (below; default 0),
-// FAS_SM90_FP8_FOLD_P_SCALE whether FP8 folds its P scale into the exponents (sm90/ordered_epilogue.cuh).
-//
-// The update is the usual online softmax (running row max, the previous sum and O rescaled by
-// 2^(old max - new max), scores exponentiated against the new max and summed per thread; the
-// quad's partial sums meet in finalize), written here so that the exponent loop can choose its
-// pipe per column at compile time; reductions and layouts are FlashInfer's.
-#ifndef FAS_SM90_SPLIT_EXP2_CUH
-#define FAS_SM90_SPLIT_EXP2_CUH
+// The online softmax of every SM90 kernel (plain and sinks, packed, paged, softcap, FP8): FlashInfer's
+// OnlineSoftmax with four build switches, all off by default (then its update is FlashInfer's and
+// the SASS is unchanged; docs/design/sm90-mainloop-plan.md, steps 2a-2d):
+//   FAS_SM90_POLY_EXP2_EVERY=K   every K-th column of a thread's score tile through exp2_fma (FMA
+//                                and ALU pipes, sm90/exp2_fma.h), the rest through MUFU.EX2;
+//   FAS_SM90_HOLD_PV_WAIT=1      the update keeps the PV GEMM's wait behind it (below);
+//   FAS_SM90_LAZY_RESCALE_LOG2=T 16-bit kernels rescale a row only when its max rises past 2^T;
+//   FAS_SM90_FP8_FOLD_P_SCALE=1  FP8 scales P into e4m3's range inside the exponent
+//                                (sm90/ordered_epilogue.cuh, through kPrescaled here).
+// Where a switch needs it, the update is the usual online softmax written here (running row max,
+// the previous sum and O rescaled by 2^(old max - new max), scores exponentiated against the new
+// max and summed per thread; the quad's partial sums meet in finalize); reductions and layouts are
+// FlashInfer's.
+#ifndef FAS_SM90_SOFTMAX_CUH
+#define FAS_SM90_SOFTMAX_CUH
 
 #include <cuda/std/limits>
 
@@ -69,7 +70,7 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
 // kLazy: the running max moves only past kLazyRescaleLog2 (above); the FP8 kernels pass false.
 template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every, bool kPrescaled = false,
           bool kLazy = (kLazyRescaleLog2 > 0.f)>
-struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
+struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
     float log2_prescale = 0.f;
@@ -146,6 +147,12 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
 
     __forceinline__ __device__ static float lowest() { return -cuda::std::numeric_limits<float>::max(); }
 
+    // Column ni of a thread's scores (a compile-time index) goes through exp2_fma.
+    __forceinline__ __device__ static constexpr bool on_fma_pipe(int ni) {
+        if constexpr (kPolyEvery > 0) return ni % kPolyEvery == kPolyEvery - 1;
+        return false;
+    }
+
     // Each score s becomes 2^(s * scale - max * scale): the subtraction folds into one FFMA.
     template <typename Scores>
     __forceinline__ __device__ void exponentiate(Scores& scores) const {
@@ -156,8 +163,7 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
 #pragma unroll
             for (int ni = 0; ni < cute::size<1>(scores); ++ni) {
                 const float x = scores(mi, ni) * this->sm_scale_log2 - max_scaled;
-                scores(mi, ni) = kPolyEvery > 0 && ni % (kPolyEvery > 0 ? kPolyEvery : 1) == kPolyEvery - 1
-                                     ? exp2_fma(x) : exp2f(x);
+                scores(mi, ni) = on_fma_pipe(ni) ? exp2_fma(x) : exp2f(x);
             }
         }
     }
@@ -165,4 +171,4 @@ struct SplitExp2Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_
 
 }  // namespace fas_sm90
 
-#endif  // FAS_SM90_SPLIT_EXP2_CUH
+#endif  // FAS_SM90_SOFTMAX_CUH
