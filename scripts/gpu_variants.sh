@@ -24,22 +24,20 @@ variants=()
 while (($#)) && [[ $1 != -- ]]; do variants+=("$1"); shift; done
 [[ ${1:-} == -- ]] && shift
 ((${#variants[@]} >= 2)) || { echo "gpu_variants.sh: name a baseline and at least one variant" >&2; exit 2; }
-unbuilt=0
-for v in "${variants[@]}"; do [[ -x $out/${v%%=*}/bin/test_varlen_inference ]] || unbuilt=1; done
-if ((unbuilt)); then  # the pinned headers, for the variants still to build
-  for stamp in third_party/flash-attn-*/.flashbuild-source.json third_party/flashinfer-python-*/.flashbuild-source.json; do
-    [[ -f $stamp ]] || { tar -xJf .devcarry/host/third_party.tar.xz || exit; break; }
-  done
-fi
 mkdir -p "$out"
 { nvidia-smi -L; nvcc --version | tail -1; git log --oneline -1; } | tee "$out/host.txt"
+# The variants OUT does not hold yet (one built on the build machine, same nvcc, OUT carried: kept).
+todo=()
+for v in "${variants[@]}"; do
+  if [[ -x $out/${v%%=*}/bin/test_varlen_inference ]]; then echo "${v%%=*}: built already" > "$out/build-${v%%=*}.log"
+  else todo+=("$v"); fi
+done
+if ((${#todo[@]})); then bash scripts/host_build_gpu.sh prepare || exit; fi  # the pinned headers
 
 # Each variant compiles its own objects (the flags key them); the host's cores are shared out.
-jobs=$(( $(nproc) / ${#variants[@]} ))
-for v in "${variants[@]}"; do
+jobs=$(( $(nproc) / (${#todo[@]} > 0 ? ${#todo[@]} : 1) ))
+for v in "${todo[@]}"; do
   name=${v%%=*} defines=${v#*=}
-  # Built already (e.g. on the build machine, same nvcc, OUT carried): kept.
-  [[ -x $out/$name/bin/test_varlen_inference ]] && { echo "$name: built already" > "$out/build-$name.log"; continue; }
   args=()
   [[ -n $defines ]] && for d in ${defines//,/ }; do args+=(--define "$d"); done
   python3 bench/dev_library.py --out "$out/$name" --jobs "$((jobs > 0 ? jobs : 1))" "${args[@]}" ${tus//,/ } \

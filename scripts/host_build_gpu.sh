@@ -21,6 +21,8 @@
 #                  build/host-MATRIX.out); `wait` polls up to SECONDS (default 570) and, once the
 #                  build has ended, reports its wall time and the compile report. The machine must
 #                  stay held between calls (call `wait` again at once).
+#                bash scripts/host_build_gpu.sh prepare [CARRY]
+#                  only the wheels and the unpacked upstream headers (scripts/gpu_variants.sh).
 # Each `run` call appends a line to build/host-timing-MATRIX.log; the report sums them.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,5 +153,7 @@ case $mode in
   run) run "$@" ;;
   start) start "$@" ;;
   wait) wait_build "$@" ;;
-  *) echo "usage: host_build_gpu.sh pack [CARRY] | run MATRIX [--fresh] [CARRY] | start MATRIX [CARRY] | wait MATRIX [SECONDS]" >&2; exit 2 ;;
+  prepare) prepare "${1:-.devcarry/host}" ;;
+  *) echo "usage: host_build_gpu.sh pack [CARRY] | run MATRIX [--fresh] [CARRY] | start MATRIX [CARRY] |" \
+       "wait MATRIX [SECONDS] | prepare [CARRY]" >&2; exit 2 ;;
 esac
