@@ -54,7 +54,10 @@ first=${variants[0]%%=*}
 for v in "${variants[@]}"; do
   name=${v%%=*}
   "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only attention > "$out/test-$name.log" 2>&1
-  echo "test $name: exit $?, $(grep -E '^summary:' "$out/test-$name.log")"
+  # A dev library holds a few kernels: a case no kernel of it serves fails with "rebuild ..."
+  # in every variant alike; the other failures are the ones a switch can cause.
+  echo "test $name: exit $?, $(grep -E '^summary:' "$out/test-$name.log");" \
+    "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild')"
 done
 last=${variants[-1]%%=*}
 compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick --only attention \

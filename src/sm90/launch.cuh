@@ -52,12 +52,13 @@ struct SoftmaxScaleAndCap {
 };
 
 // FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/softmax.cuh).
+template <int HeadDim>
 struct SoftcapAttention : flashinfer::LogitsSoftCap {
     using flashinfer::LogitsSoftCap::LogitsSoftCap;
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return Softmax<NUM_ROWS_PER_THREAD>(post_tanh_scale);
+        return Softmax16<NUM_ROWS_PER_THREAD, HeadDim, /*Softcap=*/true>(post_tanh_scale);
     }
 };
 
@@ -110,8 +111,9 @@ struct Assembly16 {
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
                                                              SoftmaxScaleAndSinks>>;
-    using Variant = std::conditional_t<S == Scores::kSoftcap, SoftcapAttention,
-                                       std::conditional_t<S == Scores::kSegments, SegmentMaskAttention, SinkAttention>>;
+    using Variant = std::conditional_t<S == Scores::kSoftcap, SoftcapAttention<HeadDim>,
+                                       std::conditional_t<S == Scores::kSegments, SegmentMaskAttention<HeadDim>,
+                                                          SinkAttention<HeadDim>>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, Variant>;
     using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
@@ -140,7 +142,7 @@ struct AssemblyFp8 {
     using Additional = Fp8Descales;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
-                                                        OrderedEpilogueFP8Attention>;
+                                                        OrderedEpilogueFP8Attention<HeadDim>>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
     static_assert(Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0 || Kernel::kSeparateO,

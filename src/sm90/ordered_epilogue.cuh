@@ -42,15 +42,12 @@
 namespace fas_sm90 {
 
 // FlashInfer's StandardFP8Attention under our own name, so that FP8 kernel traits built with it
-// pick the FP8 epilogue below; its softmax is the kernels' (sm90/softmax.cuh).
-// FAS_SM90_FP8_FOLD_P_SCALE=1: P reaches e4m3's range through its exponent (2^(x + log2 448))
-// instead of a multiply per score after the softmax (PQuantize); O / sum then needs only V's
-// scale. Default 0: FlashInfer's multiply.
-#ifndef FAS_SM90_FP8_FOLD_P_SCALE
-#define FAS_SM90_FP8_FOLD_P_SCALE 0
-#endif
+// pick the FP8 epilogue below; its softmax is the kernels' (sm90/softmax.cuh). Where softmax_choice
+// folds P's scale (kFoldPScale), P reaches e4m3's range through its exponent (2^(x + log2 448))
+// instead of a multiply per score after the softmax (PQuantize), and O / sum needs only V's scale.
+template <int HeadDim>
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
-    static constexpr bool kFoldPScale = FAS_SM90_FP8_FOLD_P_SCALE != 0;
+    static constexpr bool kFoldPScale = softmax_choice(/*fp8=*/true, HeadDim, /*softcap=*/false).fold_p_scale;
     // log2 of p_scale, e4m3's largest value (448; the FP8 kernels take e4m3 only): a constant, not
     // a MUFU.LG2 per work tile.
     static constexpr float kLog2PScale = 8.80735492205760410749f;
@@ -65,8 +62,7 @@ struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        Softmax<NUM_ROWS_PER_THREAD, kPolyExp2Every, kFoldPScale, /*kLazy=*/false> updater(
-            sm_scale_with_qk_log2);
+        SoftmaxFp8<NUM_ROWS_PER_THREAD, HeadDim> updater(sm_scale_with_qk_log2);
         if constexpr (kFoldPScale) updater.log2_prescale = kLog2PScale;
         return updater;
     }
@@ -246,7 +242,7 @@ namespace flashinfer {
 template <bool kUseTmaLoadKV, int kHeadDim, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ, typename DTypeKV,
           typename DTypeO, typename IdType>
 struct FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
-                                                      DTypeO, IdType, fas_sm90::OrderedEpilogueFP8Attention>>
+                                                      DTypeO, IdType, fas_sm90::OrderedEpilogueFP8Attention<kHeadDim>>>
     : FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
                                                      DTypeO, IdType, StandardFP8Attention>> {
     using Upstream = FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages,

@@ -29,13 +29,14 @@ struct SoftmaxScaleAndRowKeys {
 // rows 64w..64w+63, its warp k rows 16k..16k+15, lane l rows l/4 and l/4 + 8); their bounds are
 // loaded at construction, so the per-score test is a select and one unsigned compare
 // (kv_idx - lo < hi - lo).
-struct SegmentMaskAttention : SinkAttention {
+template <int HeadDim>
+struct SegmentMaskAttention : SinkAttention<HeadDim> {
     uint32_t row0;  // this thread's first row within the tile; the second is row0 + 8
     uint32_t lo0, width0, lo1, width1;
 
     template <typename MainloopParams, typename BlockCoord>
     __device__ SegmentMaskAttention(const MainloopParams& params, const BlockCoord& block_coord)
-        : SinkAttention(params, block_coord) {
+        : SinkAttention<HeadDim>(params, block_coord) {
         const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block_coord;
         // Warpgroup 0 is the producer; packed plans list only tile 0 of each work unit.
         const int t = static_cast<int>(threadIdx.x) - cutlass::NumThreadsPerWarpGroup;

@@ -1,12 +1,13 @@
 // The online softmax of every SM90 kernel (plain and sinks, packed, paged, softcap, FP8): FlashInfer's
-// OnlineSoftmax with four build switches, all off by default (then its update is FlashInfer's and
-// the SASS is unchanged; docs/design/sm90-mainloop-plan.md, steps 2a-2d):
-//   FAS_SM90_POLY_EXP2_EVERY=K   every K-th column of a thread's score tile through exp2_fma (FMA
-//                                and ALU pipes, sm90/exp2_fma.h), the rest through MUFU.EX2;
-//   FAS_SM90_HOLD_PV_WAIT=1      the update keeps the PV GEMM's wait behind it (below);
-//   FAS_SM90_LAZY_RESCALE_LOG2=T 16-bit kernels rescale a row only when its max rises past 2^T;
-//   FAS_SM90_FP8_FOLD_P_SCALE=1  FP8 scales P into e4m3's range inside the exponent
-//                                (sm90/ordered_epilogue.cuh, through kPrescaled here).
+// OnlineSoftmax with four switches (docs/design/sm90-mainloop-plan.md, steps 2a-2d); with all off
+// its update is FlashInfer's and the SASS is unchanged:
+//   kPolyEvery=K    every K-th column of a thread's score tile through exp2_fma (FMA and ALU
+//                   pipes, sm90/exp2_fma.h), the rest through MUFU.EX2;
+//   kLazyLog2=T     16-bit kernels rescale a row only when its max rises past 2^T;
+//   kPrescaled      FP8 scales P into e4m3's range inside the exponent (sm90/ordered_epilogue.cuh);
+//   FAS_SM90_HOLD_PV_WAIT=1 (a build flag, every kernel) keeps the PV GEMM's wait behind the update.
+// The kernels' variants take the first three from softmax_choice (sm90/softmax_choice.h: what was
+// measured to pay, per kernel); the fourth was measured to cost 5-12% and stays off.
 // Where a switch needs it, the update is the usual online softmax written here (running row max,
 // the previous sum and O rescaled by 2^(old max - new max), scores exponentiated against the new
 // max and summed per thread; the quad's partial sums meet in finalize); reductions and layouts are
@@ -22,31 +23,15 @@
 #include <flashinfer/attention/hopper/utils.cuh>
 
 #include "sm90/exp2_fma.h"
+#include "sm90/softmax_choice.h"
 
-#ifndef FAS_SM90_POLY_EXP2_EVERY
-#define FAS_SM90_POLY_EXP2_EVERY 0
-#endif
 #ifndef FAS_SM90_HOLD_PV_WAIT
 #define FAS_SM90_HOLD_PV_WAIT 0
-#endif
-#ifndef FAS_SM90_LAZY_RESCALE_LOG2
-#define FAS_SM90_LAZY_RESCALE_LOG2 0
 #endif
 
 namespace fas_sm90 {
 
-constexpr int kPolyExp2Every = FAS_SM90_POLY_EXP2_EVERY;
-static_assert(kPolyExp2Every >= 0, "FAS_SM90_POLY_EXP2_EVERY: 0 (off) or every how many columns");
 constexpr bool kHoldPvWait = FAS_SM90_HOLD_PV_WAIT != 0;
-// 16-bit kernels: a row keeps its running max until a tile raises it by more than this many
-// powers of two (0: every raise rescales, FlashInfer's rule). P then reaches at most 2^this
-// (fp16 and bf16 hold it; e4m3's 448 does not, so the FP8 kernels never take it), and O and the
-// row sums are rescaled only when some row of the warp moved its max: the multiply of O per tile
-// sits between the two GEMMs' issue. The final O / sum and the LSE use the same max, so the
-// result is the same softmax.
-constexpr float kLazyRescaleLog2 = FAS_SM90_LAZY_RESCALE_LOG2;
-static_assert(kLazyRescaleLog2 >= 0.f && kLazyRescaleLog2 <= 8.f,
-              "FAS_SM90_LAZY_RESCALE_LOG2: 0 (off) to 8 (P up to 256)");
 
 // The mainloops issue QK^T of tile n and PV of tile n-1, wait for the first, run this update,
 // then wait for PV: the softmax is meant to run while PV does. ptxas (12.4 and 13.0 alike) moves
@@ -65,12 +50,18 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
         : "memory");
 }
 
+// kLazyLog2 > 0 (16-bit kernels): a row keeps its running max until a tile raises it by more than
+// kLazyLog2 powers of two. P then reaches at most 2^kLazyLog2 (fp16 and bf16 hold it; e4m3's 448
+// does not, so the FP8 kernels pass 0), and O and the row sums are rescaled only when some row of
+// the warp moved its max: the multiply of O per tile sits between the two GEMMs' issue. The final
+// O / sum and the LSE use the same max, so the result is the same softmax.
 // kPrescaled: P comes out multiplied by 2^log2_prescale (the FP8 kernels' scale into e4m3's
 // range, folded into each exponent instead of a multiply per score); the LSE leaves it out.
-// kLazy: the running max moves only past kLazyRescaleLog2 (above); the FP8 kernels pass false.
-template <int NUM_ROWS_PER_THREAD, int kPolyEvery = kPolyExp2Every, bool kPrescaled = false,
-          bool kLazy = (kLazyRescaleLog2 > 0.f)>
+template <int NUM_ROWS_PER_THREAD, int kPolyEvery, int kLazyLog2, bool kPrescaled = false>
 struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
+    static_assert(kPolyEvery >= 0, "kPolyEvery: 0 (off) or every how many columns");
+    static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 8, "kLazyLog2: 0 (off) to 8 (P up to 256)");
+    static constexpr bool kLazy = kLazyLog2 > 0;
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
     float log2_prescale = 0.f;
@@ -130,7 +121,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
                     const float current = fmaxf(this->row_max(mi), lowest());
                     if constexpr (kLazy) {
                         // (A row that had seen no key has previous -inf: its max always moves.)
-                        if ((current - previous(mi)) * this->sm_scale_log2 <= kLazyRescaleLog2) {
+                        if ((current - previous(mi)) * this->sm_scale_log2 <= static_cast<float>(kLazyLog2)) {
                             this->row_max(mi) = previous(mi);
                             this->scores_scale(mi) = 1.f;
                             continue;
@@ -168,6 +159,15 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
         }
     }
 };
+
+// The softmax of a 16-bit kernel of head dim HeadDim (softcap or not) and of an FP8 one, with the
+// switches softmax_choice gives them.
+template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Softcap = false>
+using Softmax16 = Softmax<NUM_ROWS_PER_THREAD, softmax_choice(false, HeadDim, Softcap).poly_exp2_every,
+                          softmax_choice(false, HeadDim, Softcap).lazy_rescale_log2>;
+template <int NUM_ROWS_PER_THREAD, int HeadDim>
+using SoftmaxFp8 = Softmax<NUM_ROWS_PER_THREAD, softmax_choice(true, HeadDim, false).poly_exp2_every, /*kLazyLog2=*/0,
+                           softmax_choice(true, HeadDim, false).fold_p_scale>;
 
 }  // namespace fas_sm90
 
