@@ -7,7 +7,7 @@
 //   kPrescaled      FP8 scales P into e4m3's range inside the exponent (sm90/ordered_epilogue.cuh);
 //   FAS_SM90_HOLD_PV_WAIT=1 (a build flag, every kernel) keeps the PV GEMM's wait behind the update.
 // The kernels' variants take the first three from softmax_choice (sm90/softmax_choice.h: what was
-// measured to pay, per kernel); the fourth was measured to cost 5-12% and stays off.
+// measured to pay, per kernel); the fourth cost 1-12% (4-12% at hd128) and stays off.
 // Where a switch needs it, the update is the usual online softmax written here (running row max,
 // the previous sum and O rescaled by 2^(old max - new max), scores exponentiated against the new
 // max and summed per thread; the quad's partial sums meet in finalize); reductions and layouts are
