@@ -24,15 +24,15 @@ int main() {
     const struct { bool fp8; int head_dim; bool softcap; } kinds[] = {%s};
     for (const auto& k : kinds) {
         const auto c = fas_sm90::softmax_choice(k.fp8, k.head_dim, k.softcap);
-        std::printf("%%d %%d %%d %%d %%d %%d\\n", k.fp8, k.head_dim, k.softcap, c.poly_exp2_every,
-                    c.lazy_rescale_log2, c.fold_p_scale);
+        std::printf("%%d %%d %%d %%d %%d %%d %%d\\n", k.fp8, k.head_dim, k.softcap, c.poly_exp2_every,
+                    c.lazy_rescale_log2, c.fold_p_scale, c.hold_pv_wait);
     }
 }
 """
 
 
 def choices(tmp_path: Path, *defines: str) -> dict:
-    """{(fp8, head_dim, softcap): (poly_exp2_every, lazy_rescale_log2, fold_p_scale)} as compiled."""
+    """{(fp8, head_dim, softcap): (poly_exp2_every, lazy_rescale_log2, fold_p_scale, hold_pv_wait)}."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip("no C++ compiler on this machine")
@@ -45,14 +45,15 @@ def choices(tmp_path: Path, *defines: str) -> dict:
     lines = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split("\n")
     table = {}
     for line in filter(None, lines):
-        fp8, head_dim, softcap, poly, lazy, fold = map(int, line.split())
-        table[(bool(fp8), head_dim, bool(softcap))] = (poly, lazy, bool(fold))
+        fp8, head_dim, softcap, poly, lazy, fold, hold = map(int, line.split())
+        table[(bool(fp8), head_dim, bool(softcap))] = (poly, lazy, bool(fold), bool(hold))
     return table
 
 
 def test_without_flags_each_switch_is_on_only_where_it_was_measured_to_pay(tmp_path):
     table = choices(tmp_path)
-    for (fp8, head_dim, softcap), (poly, lazy, fold) in table.items():
+    for (fp8, head_dim, softcap), (poly, lazy, fold, hold) in table.items():
+        assert not hold, (fp8, head_dim, softcap)
         assert (poly > 0) == softcap, (fp8, head_dim, softcap)
         assert (lazy > 0) == (not fp8 and head_dim >= 256), (fp8, head_dim, softcap)
         assert fold == (fp8 and head_dim >= 256), (fp8, head_dim, softcap)
@@ -60,14 +61,15 @@ def test_without_flags_each_switch_is_on_only_where_it_was_measured_to_pay(tmp_p
 
 def test_a_flag_sets_its_switch_in_every_kernel_the_math_allows(tmp_path):
     table = choices(tmp_path, "FAS_SM90_POLY_EXP2_EVERY=2", "FAS_SM90_LAZY_RESCALE_LOG2=4",
-                    "FAS_SM90_FP8_FOLD_P_SCALE=1")
-    for (fp8, _, _), (poly, lazy, fold) in table.items():
+                    "FAS_SM90_FP8_FOLD_P_SCALE=1", "FAS_SM90_HOLD_PV_WAIT=1")
+    for (fp8, _, _), (poly, lazy, fold, hold) in table.items():
         assert poly == 2
+        assert hold
         assert lazy == (0 if fp8 else 4)  # e4m3 cannot hold P up to 2^4 * 448
         assert fold == fp8  # 16-bit kernels have no FP8 scale to fold
 
 
 def test_flags_set_to_zero_turn_every_switch_off(tmp_path):
     table = choices(tmp_path, "FAS_SM90_POLY_EXP2_EVERY=0", "FAS_SM90_LAZY_RESCALE_LOG2=0",
-                    "FAS_SM90_FP8_FOLD_P_SCALE=0")
-    assert set(table.values()) == {(0, 0, False)}
+                    "FAS_SM90_FP8_FOLD_P_SCALE=0", "FAS_SM90_HOLD_PV_WAIT=0")
+    assert set(table.values()) == {(0, 0, False, False)}

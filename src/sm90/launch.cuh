@@ -58,7 +58,7 @@ struct SoftcapAttention : flashinfer::LogitsSoftCap {
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return Softmax16<NUM_ROWS_PER_THREAD, HeadDim, /*Softcap=*/true>(post_tanh_scale);
+        return Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/true>(post_tanh_scale);
     }
 };
 

@@ -62,7 +62,7 @@ struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        SoftmaxFp8<NUM_ROWS_PER_THREAD, HeadDim> updater(sm_scale_with_qk_log2);
+        Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/true> updater(sm_scale_with_qk_log2);
         if constexpr (kFoldPScale) updater.log2_prescale = kLog2PScale;
         return updater;
     }

@@ -29,8 +29,8 @@ __device__ __forceinline__ float load_sink(const float* sinks, uint32_t qo_head)
 // denominator becomes sum + 2^(sink - m) (m: the row's scaled max), computed against max(m, sink)
 // so that neither term overflows; rows that saw no key keep the upstream result (out 0).
 template <int NUM_ROWS_PER_THREAD, int HeadDim>
-struct SinkSoftmax : Softmax16<NUM_ROWS_PER_THREAD, HeadDim> {
-    using Base = Softmax16<NUM_ROWS_PER_THREAD, HeadDim>;
+struct SinkSoftmax : Softmax<NUM_ROWS_PER_THREAD, HeadDim> {
+    using Base = Softmax<NUM_ROWS_PER_THREAD, HeadDim>;
     bool has_sink;
     float sink_logit;  // natural-log units
 

@@ -1,13 +1,7 @@
 // The online softmax of every SM90 kernel (plain and sinks, packed, paged, softcap, FP8): FlashInfer's
-// OnlineSoftmax with four switches (docs/design/sm90-mainloop-plan.md, steps 2a-2d); with all off
-// its update is FlashInfer's and the SASS is unchanged:
-//   kPolyEvery=K    every K-th column of a thread's score tile through exp2_fma (FMA and ALU
-//                   pipes, sm90/exp2_fma.h), the rest through MUFU.EX2;
-//   kLazyLog2=T     16-bit kernels rescale a row only when its max rises past 2^T;
-//   kPrescaled      FP8 scales P into e4m3's range inside the exponent (sm90/ordered_epilogue.cuh);
-//   FAS_SM90_HOLD_PV_WAIT=1 (a build flag, every kernel) keeps the PV GEMM's wait behind the update.
-// The kernels' variants take the first three from softmax_choice (sm90/softmax_choice.h: what was
-// measured to pay, per kernel); the fourth cost 1-12% (4-12% at hd128) and stays off.
+// OnlineSoftmax with the four switches of docs/design/sm90-mainloop-plan.md, steps 2a-2d. A kernel
+// names itself (head dim, FP8 or not, softcap or not) and softmax_choice (sm90/softmax_choice.h)
+// says which switches it takes; with all off its update is FlashInfer's and the SASS is unchanged.
 // Where a switch needs it, the update is the usual online softmax written here (running row max,
 // the previous sum and O rescaled by 2^(old max - new max), scores exponentiated against the new
 // max and summed per thread; the quad's partial sums meet in finalize); reductions and layouts are
@@ -25,13 +19,7 @@
 #include "sm90/exp2_fma.h"
 #include "sm90/softmax_choice.h"
 
-#ifndef FAS_SM90_HOLD_PV_WAIT
-#define FAS_SM90_HOLD_PV_WAIT 0
-#endif
-
 namespace fas_sm90 {
-
-constexpr bool kHoldPvWait = FAS_SM90_HOLD_PV_WAIT != 0;
 
 // The mainloops issue QK^T of tile n and PV of tile n-1, wait for the first, run this update,
 // then wait for PV: the softmax is meant to run while PV does. ptxas (12.4 and 13.0 alike) moves
@@ -50,18 +38,27 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
         : "memory");
 }
 
-// kLazyLog2 > 0 (16-bit kernels): a row keeps its running max until a tile raises it by more than
-// kLazyLog2 powers of two. P then reaches at most 2^kLazyLog2 (fp16 and bf16 hold it; e4m3's 448
-// does not, so the FP8 kernels pass 0), and O and the row sums are rescaled only when some row of
-// the warp moved its max: the multiply of O per tile sits between the two GEMMs' issue. The final
-// O / sum and the LSE use the same max, so the result is the same softmax.
-// kPrescaled: P comes out multiplied by 2^log2_prescale (the FP8 kernels' scale into e4m3's
-// range, folded into each exponent instead of a multiply per score); the LSE leaves it out.
-template <int NUM_ROWS_PER_THREAD, int kPolyEvery, int kLazyLog2, bool kPrescaled = false>
+// The switches (SoftmaxChoice's fields):
+//   poly_exp2_every=K  every K-th column of a thread's score tile through exp2_fma (FMA and ALU
+//                      pipes, sm90/exp2_fma.h), the rest through MUFU.EX2;
+//   lazy_rescale_log2=T (16-bit) a row keeps its running max until a tile raises it by more than
+//                      T powers of two, so P stays below 2^T (fp16 and bf16 hold it; e4m3's 448
+//                      does not), and O and the row sums are rescaled only when some row of the
+//                      warp moved its max. The final O / sum and the LSE use the same max: the
+//                      same softmax;
+//   fold_p_scale (FP8) P comes out multiplied by 2^log2_prescale (the scale into e4m3's range,
+//                      folded into each exponent instead of a multiply per score); the LSE leaves
+//                      it out;
+//   hold_pv_wait       the update keeps the PV GEMM's wait behind it (hold_pv_wait_behind).
+template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false>
 struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
-    static_assert(kPolyEvery >= 0, "kPolyEvery: 0 (off) or every how many columns");
-    static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 8, "kLazyLog2: 0 (off) to 8 (P up to 256)");
+    static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap);
+    static constexpr int kPolyEvery = kChoice.poly_exp2_every;
+    static constexpr int kLazyLog2 = kChoice.lazy_rescale_log2;
     static constexpr bool kLazy = kLazyLog2 > 0;
+    static constexpr bool kPrescaled = kChoice.fold_p_scale;
+    static_assert(kPolyEvery >= 0, "poly_exp2_every: 0 (off) or every how many columns");
+    static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 8, "lazy_rescale_log2: 0 (off) to 8 (P up to 256)");
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
     float log2_prescale = 0.f;
@@ -92,7 +89,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void update(Tensor0& acc_s) {
         exponentiate_and_sum<init>(acc_s);
-        if constexpr (kHoldPvWait) {
+        if constexpr (kChoice.hold_pv_wait) {
             float sums = 0.f;
 #pragma unroll
             for (int mi = 0; mi < cute::size(this->row_sum); ++mi) sums += this->row_sum(mi);
@@ -159,15 +156,6 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
         }
     }
 };
-
-// The softmax of a 16-bit kernel of head dim HeadDim (softcap or not) and of an FP8 one, with the
-// switches softmax_choice gives them.
-template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Softcap = false>
-using Softmax16 = Softmax<NUM_ROWS_PER_THREAD, softmax_choice(false, HeadDim, Softcap).poly_exp2_every,
-                          softmax_choice(false, HeadDim, Softcap).lazy_rescale_log2>;
-template <int NUM_ROWS_PER_THREAD, int HeadDim>
-using SoftmaxFp8 = Softmax<NUM_ROWS_PER_THREAD, softmax_choice(true, HeadDim, false).poly_exp2_every, /*kLazyLog2=*/0,
-                           softmax_choice(true, HeadDim, false).fold_p_scale>;
 
 }  // namespace fas_sm90
 
