@@ -4,6 +4,11 @@
 # variant's test binary (attention group, bf16; one variant under memcheck too), then
 # bench_pair.py of the first variant against each other one. Issue 35's compile-time switches
 # (FAS_SM90_HOLD_PV_WAIT, FAS_SM90_POLY_EXP2_EVERY) are what it was written for.
+#   TESTS=GROUP    the test binary's group for the tests and memcheck (default attention; the
+#                  decode kernels: paged)
+#   BENCH=SCRIPT   instead of bench_pair.py: a bench script that times one library
+#                  (bench/bench_fp8_kv.py, bench/bench_decode.py), run on every variant in
+#                  turn, two passes, with BENCH_ARGS (the second pass is the one to read)
 #
 #   here:        bash scripts/host_build_gpu.sh pack            (third_party's headers, once)
 #   GPU machine: bash scripts/gpu_variants.sh OUT TUS VARIANT... [-- BENCH_ARGS...]
@@ -51,18 +56,30 @@ for v in "${variants[@]}"; do
 done
 
 first=${variants[0]%%=*}
+group=${TESTS:-attention}
 for v in "${variants[@]}"; do
   name=${v%%=*}
-  "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only attention > "$out/test-$name.log" 2>&1
+  "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" > "$out/test-$name.log" 2>&1
   # A dev library holds a few kernels: a case no kernel of it serves fails with "rebuild ..."
-  # in every variant alike; the other failures are the ones a switch can cause.
+  # (paged plans: "no paged kernel ... is built") in every variant alike; the other failures
+  # are the ones a switch can cause.
   echo "test $name: exit $?, $(grep -E '^summary:' "$out/test-$name.log");" \
-    "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild')"
+    "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild\|is built')"
 done
 last=${variants[-1]%%=*}
-compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick --only attention \
+compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" \
   > "$out/memcheck-$last.log" 2>&1
 echo "memcheck $last: exit $?, $(grep -E 'ERROR SUMMARY' "$out/memcheck-$last.log")"
+if [[ -n ${BENCH:-} ]]; then
+  for pass in 1 2; do
+    for v in "${variants[@]}"; do
+      name=${v%%=*}
+      echo "## $name, pass $pass: python3 $BENCH --artifact $out/$name $*"
+      python3 "$BENCH" --artifact "$out/$name" "$@" 2>&1 | tee "$out/bench-$name-$pass.log" | grep -E '^\||Ceilings'
+    done
+  done
+  exit 0
+fi
 for v in "${variants[@]:1}"; do
   name=${v%%=*}
   python3 bench/bench_pair.py --before "$out/$first" --after "$out/$name" "$@" > "$out/pair-$name.log" 2>&1
