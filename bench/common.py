@@ -17,6 +17,7 @@ from torch.nn.attention import sdpa_kernel
 
 import fas_ctypes
 from fas_ctypes import Dtype, FwdArgs, PlanRunArgs
+from rounds import round_orders
 
 # The Qwen2.5-VL-3B-like LLM batch (16 query / 2 KV heads, hdim 128, causal): 7 sequences, 16k tokens.
 QWEN_VARLEN_LENGTHS = [4096, 3000, 2500, 2048, 1900, 1500, 1340]
@@ -136,10 +137,11 @@ def median_ms_each(fns: dict, repeats: int) -> dict:
     """Median time per call of each function, or the first line of the error a backend raised
     (a backend that refuses a shape is reported, not fatal). Each sample is enough back-to-back
     calls to fill ~20 ms, and the samples are taken in rounds, one per function in a shuffled
-    order (fixed seed), so that every backend of a row runs under the same clocks and none
-    always follows the same other one. Timed one after another, the same kernel's two columns
-    (plan reused, planning per call) came out up to 8-13% apart at hdim 128-256, 16k tokens,
-    in either direction depending on the warm-up: the H100's clock moves with sustained load."""
+    order balanced over the positions (rounds.py), so that every backend of a row runs under the
+    same clocks and none always runs first or follows the same other one. Timed one after
+    another, the same kernel's two columns (plan reused, planning per call) came out up to 8-13%
+    apart at hdim 128-256, 16k tokens, in either direction depending on the warm-up: the H100's
+    clock moves with sustained load."""
     results, inner = {}, {}
     order = random.Random(0)
     for name, fn in fns.items():
@@ -149,10 +151,9 @@ def median_ms_each(fns: dict, repeats: int) -> dict:
             results[name] = str(error).splitlines()[0][:60]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = {name: [] for name in inner}
-    for round_index in range(repeats + 1):  # round 0 warms up and is not kept
-        names = list(inner)
-        order.shuffle(names)
-        for name in names:
+    orders = round_orders(list(inner), repeats, order)
+    for round_index in range(repeats + 1):  # round 0 warms up (in the first kept round's order)
+        for name in orders[max(0, round_index - 1)] if orders else []:
             calls = inner[name]
             start.record()
             for _ in range(calls):
