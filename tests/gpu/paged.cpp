@@ -383,9 +383,8 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             }
         }
     }
-    // FP8 KV caches (e4m3, per-head descales) on the decode kernel: decode with empty and long
-    // KVs, a split, speculative queries, chunked prefill over the pages (several 16-row tiles per
-    // sequence), a window with a softcap, page size 1, and the long shape.
+    // FP8 KV caches (e4m3, per-head descales) on the decode kernel: decode with empty and long KVs, a split,
+    // speculative queries on pages of 1, chunked prefill (16-row tiles), window + softcap, the long shape.
     for (int head_dim : {64, 128, 256}) {
         if (!has_kernel("paged_e4m3kv", dtype, head_dim, true)) continue;
         std::vector<PagedCase> fp8 = {
@@ -430,9 +429,8 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             cases.push_back(fp8[i]);
         }
     }
-    // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream
-    // shape, one persistent CTA per SM, and on every card e4m3 plans of head dim 128 and 256 do;
-    // smaller pages keep the shapes named above.
+    // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream shape
+    // (1 CTA per SM), and on every card e4m3 plans of head dim 128 and 256 do; smaller pages: as above.
     for (PagedCase& c : cases) {
         const bool streams = on_stream_card || (c.fp8_kv && c.head_dim >= 128);
         if (c.expect_ctas_per_sm != 0 && c.page_size % 8 == 0 && streams) {
