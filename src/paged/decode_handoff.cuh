@@ -8,7 +8,7 @@
 // waited for each load behind the ring's copies in flight (several microseconds on an H200,
 // docs/design/decode-producer.md), ~2.7 us an item at 256 x 1k, e4m3 hd128; loading them an item
 // ahead in registers instead spilled the wide kernel (168 registers) and was slower
-// (docs/design/decode-roofline.md). 16-bit caches keep their own way (Q an item ahead by cp.async
+// (docs/design/decode-e4m3.md). 16-bit caches keep their own way (Q an item ahead by cp.async
 // into the other Q buffer, ItemStream in the consumers): their kernels are unchanged.
 //
 // A slot: two mbarriers (`full`: 32 producer lanes' cp.async arrivals plus lane 0's arrival

@@ -4,7 +4,7 @@
 // head dim 128 holds them; the pair shape's two blocks (9 warps at 168 registers) read them.
 // FAS_DECODE_WIDE_Q_FROM_SMEM=1, a switch for timing: the wide shape (e4m3, 8 consumer warps, also
 // at the 168-register cap) reads them too; held, its kernels spill 40-56 bytes of stack, read, none
-// (ptxas, nvcc 13.0; docs/design/decode-roofline.md). Off until a GPU run decides.
+// (ptxas, nvcc 13.0; docs/design/decode-e4m3.md). Off until a GPU run decides.
 // Host-compilable (tests/test_stream_q.py).
 #ifndef FAS_PAGED_STREAM_Q_H
 #define FAS_PAGED_STREAM_Q_H

@@ -1,0 +1,66 @@
+"""What one stage of a decode kernel's consumer loop spends its instructions on, from `cuobjdump
+-sass` text (sm_90).
+
+    cuobjdump -sass OBJECT.o | python3 bench/sass_census.py MANGLED_NAME_PART
+
+A measuring tool for the stream decode kernel (docs/design/decode-e4m3.md), not part of the
+library. The stage loop is the smallest backward branch around both an mbarrier wait (the
+stage's `full`) and the mma: its instructions are counted by kind, static counts (a branch not
+taken, such as softcap's, is counted all the same).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,6})\*/\s+([^;]*);")
+KINDS = {
+    "e4m3 widening (F2FP unpack)": ("F2FP.F16.E4M3.UNPACK_B",),
+    "mma": ("HMMA.16816.F32",),
+    "shared loads": ("LDSM.16.M88.4", "LDSM.16.MT88.4", "LDS", "LDS.64", "LDS.128"),
+    "floating point (scores, softmax, O rescale)": ("FMUL.FTZ", "FFMA.FTZ", "FADD.FTZ", "FMNMX.FTZ", "FSEL",
+                                                    "MUFU.EX2", "F2FP.F16.F32.PACK_AB", "FSETP.NEU.FTZ.AND"),
+    "softcap's tanh (a branch)": ("MUFU.TANH",),
+    "local memory (spills)": ("LDL", "STL", "LDL.64", "STL.64", "LDL.128", "STL.128"),
+}
+
+
+def stage_loop(sass: str, name_part: str) -> list:
+    """The instructions of the named kernel's stage loop, predicates dropped."""
+    functions = [f for f in sass.split("Function : ") if name_part in f.split("\n", 1)[0]]
+    if not functions:
+        raise SystemExit(f"sass_census.py: no function whose name holds {name_part}")
+    code = [(int(m.group(1), 16), m.group(2).strip()) for m in INSTRUCTION.finditer(functions[0])]
+    waits = [a for a, text in code if "SYNCS.PHASECHK" in text]
+    mmas = [a for a, text in code if "HMMA" in text]
+    loops = []
+    for address, text in code:
+        branch = re.search(r"BRA\s+0x([0-9a-f]+)", text)
+        target = int(branch.group(1), 16) if branch else address
+        if target < address and any(target <= w <= address for w in waits) and any(target <= m <= address for m in mmas):
+            loops.append((address - target, target, address))
+    if not loops:
+        raise SystemExit("sass_census.py: no loop around an mbarrier wait and an mma")
+    _, first, last = min(loops)
+    return [re.sub(r"^@!?U?P\w+\s+", "", text) for address, text in code if first <= address <= last]
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    body = stage_loop(sys.stdin.read(), sys.argv[1])
+    ops = collections.Counter(text.split()[0] for text in body)
+    print(f"{len(body)} instructions in the stage loop")
+    counted = set()
+    for kind, names in KINDS.items():
+        counted.update(names)
+        print(f"  {kind}: {sum(ops[n] for n in names)}")
+    rest = sorted(((n, c) for n, c in ops.items() if n not in counted), key=lambda item: -item[1])
+    print(f"  integer, permutes and control: {sum(c for _, c in rest)} (" +
+          ", ".join(f"{n} {c}" for n, c in rest[:14]) + ")")
+
+
+if __name__ == "__main__":
+    main()
