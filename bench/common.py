@@ -143,7 +143,6 @@ def median_ms_each(fns: dict, repeats: int) -> dict:
     apart at hdim 128-256, 16k tokens, in either direction depending on the warm-up: the H100's
     clock moves with sustained load."""
     results, inner = {}, {}
-    order = random.Random(0)
     for name, fn in fns.items():
         try:
             inner[name] = max(1, min(200, int(20.0 / _call_ms(fn))))
@@ -151,9 +150,9 @@ def median_ms_each(fns: dict, repeats: int) -> dict:
             results[name] = str(error).splitlines()[0][:60]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = {name: [] for name in inner}
-    orders = round_orders(list(inner), repeats, order)
-    for round_index in range(repeats + 1):  # round 0 warms up (in the first kept round's order)
-        for name in orders[max(0, round_index - 1)] if orders else []:
+    orders = round_orders(list(inner), repeats, random.Random(0))
+    for round_index, names in enumerate(orders[:1] + orders):  # round 0 warms up (the first kept round's order)
+        for name in names:
             calls = inner[name]
             start.record()
             for _ in range(calls):

@@ -417,17 +417,18 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                        std::vector<int>(67, 2500)});
         fp8.push_back({"fp8kv-decode-sinks-split", 64, 8, head_dim, true, 16, {1, 1}, {20000, 0}, true});
         fp8.back().sinks = true;
-        // 600 items of mixed lengths, some without keys: 4-5 a persistent CTA (plain, sinks, e4m3 q).
-        std::vector<int> lens(300);
+        std::vector<int> lens(300);  // 600 items, 4-5 a persistent CTA: mixed lengths, some without keys
         for (size_t i = 0; i < lens.size(); ++i) lens[i] = i % 7 == 3 ? 0 : 1 + static_cast<int>(i * 97 % 1500);
-        for (const std::string name : {"fp8kv-decode-items", "fp8kv-decode-items-sinks", "fp8q-decode-items"}) {
-            fp8.push_back({name, 16, 2, head_dim, true, 16, std::vector<int>(lens.size(), 1), lens});
-            fp8.back().sinks = name.find("sinks") != std::string::npos, fp8.back().fp8_q = name[3] == 'q';
+        const struct { const char* name; bool sinks, fp8_q; } items[] = {
+            {"fp8kv-decode-items", false, false}, {"fp8kv-decode-items-sinks", true, false},
+            {"fp8q-decode-items", false, true}};
+        for (const auto& item : items) {
+            fp8.push_back({item.name, 16, 2, head_dim, true, 16, std::vector<int>(lens.size(), 1), lens});
+            fp8.back().sinks = item.sinks;
+            fp8.back().fp8_q = item.fp8_q;
         }
-        for (size_t i = 0; i < fp8.size(); ++i) {
-            fp8[i].fp8_kv = true;
-            cases.push_back(fp8[i]);
-        }
+        for (PagedCase& c : fp8) c.fp8_kv = true;
+        cases.insert(cases.end(), fp8.begin(), fp8.end());
     }
     // On a stream card every decode plan whose pages hold a multiple of 8 rows takes a stream shape
     // (1 CTA per SM), and on every card e4m3 plans of head dim 128 and 256 do; smaller pages: as above.
