@@ -32,16 +32,10 @@
 #include "paged/decode_tma.cuh"
 #include "paged/fp8_kv.cuh"
 #include "paged/merge.cuh"
+#include "paged/stage_layout.h"
 
 namespace fas_paged {
 namespace decode {
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `HeadDim` elements:
-// chunks XOR-swizzled by the row's low 3 bits, so that ldmatrix's 8 rows hit 8 distinct banks.
-template <int HeadDim>
-__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
-    return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
-}
 
 namespace cp_async = flashinfer::cp_async;
 namespace mma = flashinfer::mma;
@@ -64,10 +58,11 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     // per pair (to bf16 it takes four), probabilities lose less in fp16, and bf16 q is rescaled by
     // a power of two into fp16's range (fp8::QStaging). Accumulators and out are as for 16-bit.
     constexpr bool kFp8 = sizeof(KV) == 1;
+    const auto q_layout = [](int row, int chunk) { return layout::rows16<HeadDim>(row, chunk); };
     // Where a stage holds chunk `chunk` of cache row `row`.
     const auto stage_offset = [](int row, int chunk) {
-        if constexpr (kFp8) return fp8::swizzle<HeadDim>(row, chunk);
-        else return swizzle<HeadDim>(row, chunk);
+        if constexpr (kFp8) return layout::rows8<HeadDim>(row, chunk);
+        else return layout::rows16<HeadDim>(row, chunk);
     };
     extern __shared__ __align__(1024) uint8_t smem[];  // 1024: as decode_tma.cuh declares it (TMA swizzle atoms)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -124,7 +119,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
             const bool valid = token < qo_len;
             const T* src = q + static_cast<int64_t>(q_begin + (valid ? token : 0)) * a.q_row_stride +
                            head * HeadDim + column * 8;
-            copy16(q_smem + swizzle<HeadDim>(row, column), src, valid);
+            copy16(q_smem + layout::rows16<HeadDim>(row, column), src, valid);
         }
     }
     cp_async::commit_group();
@@ -177,7 +172,7 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     if constexpr (kFp8) {
         q_scale = q_staging.scale(warp, lane, reinterpret_cast<float*>(stage_smem + S::kRingBytes - 64),
                                   [] { __syncthreads(); });
-        q_staging.store(q_smem, tid, q_scale, [](int row, int chunk) { return swizzle<HeadDim>(row, chunk); });
+        q_staging.store(q_smem, tid, q_scale, q_layout);
     }
 
     // Q fragments (A operand, 16 rows x HeadDim) stay in registers up to head dim 128; at 256
@@ -186,8 +181,9 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     cp_async::wait_group<S::kStages - 1>();  // the Q group
     __syncthreads();
     uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
+    const uint32_t q_lane = q_layout(lane % 16, lane / 16);  // this thread's part (stage_layout.h)
     const auto q_address = [&](int step) {
-        return reinterpret_cast<T*>(q_smem + swizzle<HeadDim>(lane % 16, 2 * step + lane / 16));
+        return reinterpret_cast<T*>(q_smem + layout::at(q_layout, q_lane, 0, 2 * step));
     };
     if constexpr (kQInRegisters) {
 #pragma unroll

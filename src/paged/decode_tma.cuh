@@ -15,12 +15,11 @@
 // Producer warps issuing cp.async instead were slower (3.3 against 4.1 TB/s): two instruction
 // streams per scheduler again.
 //
-// Stage layout: per K or V tile, the 128-byte segments of the rows segment-major ([segment][row]
-// [128 bytes], 128-byte swizzle: chunk c of row r at (c ^ (r & 7)) x 16), as tensor-map copies
-// of one segment of a box of rows with SWIZZLE_128B write them; 64-byte rows (e4m3 at head dim
-// 64) are [row][64 bytes] with the 64-byte swizzle. Rows of a stage that no copy writes, or past
-// the chunk's last key, may hold anything: their scores are masked, and each consumer warp zeroes
-// the V rows of its keys past the end before its P V (0 x NaN would be NaN).
+// Stage layout: per K or V tile, as tensor-map copies of one 128-byte segment of a box of rows
+// with SWIZZLE_128B write them (64-byte rows: SWIZZLE_64B), stage_layout.h's `stream`. Rows of a
+// stage that no copy writes, or past the chunk's last key, may hold anything: their scores are
+// masked, and each consumer warp zeroes the V rows of its keys past the end before its P V (0 x
+// NaN would be NaN).
 #ifndef FAS_PAGED_DECODE_TMA_CUH
 #define FAS_PAGED_DECODE_TMA_CUH
 
@@ -35,20 +34,10 @@
 #include "paged/decode_math.cuh"
 #include "paged/decode_producer.cuh"
 #include "paged/decode_shape.h"
+#include "paged/stage_layout.h"
 
 namespace fas_paged {
 namespace decode {
-
-// Where a stage tile of Keys rows holds 16-byte chunk `chunk` of row `row` (the header's layout).
-template <int RowBytes, int Keys>
-__device__ __forceinline__ uint32_t stream_offset(int row, int chunk) {
-    if constexpr (RowBytes >= 128) {
-        return static_cast<uint32_t>((chunk / 8) * Keys * 128 + row * 128 + (((chunk % 8) ^ (row & 7)) << 4));
-    } else {
-        static_assert(RowBytes == 64, "rows of 64 or a multiple of 128 bytes");
-        return static_cast<uint32_t>(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
-    }
-}
 
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
 // (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
@@ -128,10 +117,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     const int block = RowBlocks == 1 ? 0 : warp / S::kKeySlices;  // this warp's 16-row block of the query tile
     const int key0 = (warp % S::kKeySlices) * S::kWarpKeys;        // and its keys of each stage
     const int block_tid = tid - block * 32 * S::kKeySlices;         // among the block's warps
-    const auto offset = [](int row, int chunk) { return stream_offset<S::kRowBytes, S::kKeys>(row, chunk); };
-    const auto q_offset = [](int row, int chunk) {  // the Q tile: 16-bit rows, chunks XOR the row's low bits
-        return static_cast<uint32_t>(row * HeadDim * 2 + ((chunk ^ (row & 7)) << 4));
-    };
+    const auto offset = [](int row, int chunk) { return layout::stream<S::kRowBytes, S::kKeys>(row, chunk); };
+    const auto q_offset = [](int row, int chunk) { return layout::rows16<HeadDim>(row, chunk); };  // the Q tile
+    const uint32_t q_lane = q_offset(lane % 16, lane / 16);
     // 16-bit q: each item's Q tile is copied an item ahead, into the other of two buffers, so that
     // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item,
     // from the raw tile the producer copied).
@@ -218,8 +206,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         // e4m3 caches: every consumer has read the item's slot (and stored its Q tile): free it.
         if (kFp8 && tid == 0) tma::arrive(&slot->empty);
         uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
-        const auto q_address = [&](int step) {
-            return reinterpret_cast<T*>(q_tile + q_offset(16 * block + lane % 16, 2 * step + lane / 16));
+        const auto q_address = [&](int step) {  // q_lane: this thread's part (stage_layout.h)
+            return reinterpret_cast<T*>(q_tile + layout::at(q_offset, q_lane, 16 * block, 2 * step));
         };
         if constexpr (kQInRegisters) {
 #pragma unroll

@@ -24,6 +24,7 @@
 #include <flashinfer/mma.cuh>
 
 #include "paged/merge.cuh"
+#include "paged/stage_layout.h"
 
 namespace fas_paged {
 
@@ -34,15 +35,6 @@ struct Element<FAS_DTYPE_E4M3> {
 
 namespace decode {
 namespace fp8 {
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a stage tile of e4m3 rows (HeadDim
-// bytes). The 8 rows one ldmatrix phase reads hit 8 distinct 16-byte bank groups: chunks XOR the
-// row's low 3 bits, or at head dim 64 (4 chunks, two rows per 128 bytes) bits 1-2.
-template <int HeadDim>
-__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
-    const int mixed = HeadDim >= 128 ? chunk ^ (row & 7) : chunk ^ ((row >> 1) & 3);
-    return static_cast<uint32_t>(row * HeadDim + (mixed << 4));
-}
 
 // Two e4m3 values, the low (High false) or high 16 bits of x, as an fp16 pair, exactly: every
 // e4m3 value is an fp16 value (the kernel multiplies in fp16 for every q type). Converted from
@@ -58,15 +50,15 @@ __device__ __forceinline__ uint32_t widen_half(uint32_t x) {
     return out;
 }
 
-// The B operands of keys key..key+15 for QK^T steps `step` and step + 1 (32 dims, in
-// QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high]. offset(row, chunk): where
-// the tile holds a row's 16-byte chunk (swizzle above, or the TMA kernel's layout).
+// The B operands of the 16 keys `rows` rows past the warp's first for QK^T steps `step` and
+// step + 1 (32 dims, in QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high].
+// lane: the thread's part of the address, offset(key0 + (m8 % 2) * 8 + lane % 8, m8 / 2) with m8 =
+// lane / 8 (stage_layout.h); offset(row, chunk): where the tile holds a row's 16-byte chunk.
 template <int HeadDim, typename Offset>
-__device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int step, int lane, uint32_t (&b)[2][4],
+__device__ __forceinline__ void k_fragments(const uint8_t* tile, uint32_t lane, int rows, int step, uint32_t (&b)[2][4],
                                             const Offset& offset) {
-    const int m8 = lane / 8;
     uint32_t r[4];  // keys 0-7 and 8-15 of chunk `step`, then of step + 1
-    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + offset(key + (m8 % 2) * 8 + lane % 8, step + m8 / 2)));
+    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + layout::at(offset, lane, rows, step)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         b[h][0] = widen_half<false>(r[2 * h]);
@@ -76,14 +68,14 @@ __device__ __forceinline__ void k_fragments(const uint8_t* tile, int key, int st
     }
 }
 
-// The B operands of keys key..key+15 for the PV products of 16-dim chunks `chunk` and chunk + 1:
-// per chunk, n8 blocks of its even dims then its odd dims ([keys 0-7, keys 8-15] each).
+// The B operands of the 16 keys `rows` rows past the warp's first for the PV products of 16-dim
+// chunks `chunk` and chunk + 1: per chunk, n8 blocks of its even dims then its odd dims ([keys
+// 0-7, keys 8-15] each).
 template <int HeadDim, typename Offset>
-__device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int chunk, int lane, uint32_t (&b)[2][4],
+__device__ __forceinline__ void v_fragments(const uint8_t* tile, uint32_t lane, int rows, int chunk, uint32_t (&b)[2][4],
                                             const Offset& offset) {
-    const int m8 = lane / 8;
     uint32_t r[4];
-    flashinfer::mma::ldmatrix_m8n8x4_trans(r, const_cast<uint8_t*>(tile + offset(key + (m8 % 2) * 8 + lane % 8, chunk + m8 / 2)));
+    flashinfer::mma::ldmatrix_m8n8x4_trans(r, const_cast<uint8_t*>(tile + layout::at(offset, lane, rows, chunk)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
@@ -95,10 +87,10 @@ __device__ __forceinline__ void v_fragments(const uint8_t* tile, int key, int ch
     }
 }
 
-// s += Q K^T over the Blocks 16-key blocks of a warp from key0 on (s as in decode.cuh: [block]
-// [keys 0-7, 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step.
+// s += Q K^T over the Blocks 16-key blocks of a warp (s as in decode.cuh: [block][keys 0-7,
+// 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step; lane: k_fragments'.
 template <int HeadDim, int Blocks, typename QStep, typename Offset>
-__device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, int key0, int lane,
+__device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, uint32_t lane,
                                        const QStep& q_step, const Offset& offset) {
 #pragma unroll
     for (int step = 0; step < HeadDim / 16; step += 2) {  // one ldmatrix of K per 2 steps
@@ -108,22 +100,23 @@ __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* 
 #pragma unroll
         for (int b = 0; b < Blocks; ++b) {
             uint32_t k_frag[2][4];
-            k_fragments<HeadDim>(k_tile, key0 + b * 16, step, lane, k_frag, offset);
+            k_fragments<HeadDim>(k_tile, lane, b * 16, step, k_frag, offset);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[0], k_frag[0]);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[1], k_frag[1]);
         }
     }
 }
 
-// o += P V over keys key..key+15 of a stage; o's n8 block 2c holds the even dims of 16-dim chunk
-// c, block 2c + 1 its odd dims (store_partial puts them in order).
+// o += P V over the 16 keys `rows` rows past the warp's first of a stage (lane: k_fragments');
+// o's n8 block 2c holds the even dims of 16-dim chunk c, block 2c + 1 its odd dims (store_partial
+// puts them in order).
 template <int HeadDim, typename Offset>
 __device__ __forceinline__ void accumulate(float (&o)[HeadDim / 8][4], uint32_t (&p_frag)[4], const uint8_t* v_tile,
-                                           int key, int lane, const Offset& offset) {
+                                           uint32_t lane, int rows, const Offset& offset) {
 #pragma unroll
     for (int chunk = 0; chunk < HeadDim / 16; chunk += 2) {
         uint32_t v_frag[2][4];
-        v_fragments<HeadDim>(v_tile, key, chunk, lane, v_frag, offset);
+        v_fragments<HeadDim>(v_tile, lane, rows, chunk, v_frag, offset);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk][0], p_frag, v_frag[0]);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
     }

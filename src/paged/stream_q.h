@@ -3,8 +3,9 @@
 // item's Q tile at each stage (HeadDim / 16 ldmatrix a warp a stage more). One 16-row block up to
 // head dim 128 holds them; the pair shape's two blocks (9 warps at 168 registers) read them.
 // FAS_DECODE_WIDE_Q_FROM_SMEM=1, a switch for timing: the wide shape (e4m3, 8 consumer warps, also
-// at the 168-register cap) reads them too; held, its kernels spill 40-56 bytes of stack, read, none
-// (ptxas, nvcc 13.0; docs/design/decode-e4m3.md). Off until a GPU run decides.
+// at the 168-register cap) reads them too; held, its kernels keep 8 bytes of stack, read, none
+// (ptxas, nvcc 13.0), and ran no faster on the H200: off (docs/design/decode-e4m3.md, "Fragment
+// addresses"), kept for the trials that need its 32 registers.
 // Host-compilable (tests/test_stream_q.py).
 #ifndef FAS_PAGED_STREAM_Q_H
 #define FAS_PAGED_STREAM_Q_H
