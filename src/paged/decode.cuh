@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
     cp_async::wait_group<S::kStages - 1>();  // the Q group
     __syncthreads();
     uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
-    const uint32_t q_lane = q_layout(lane % 16, lane / 16);  // this thread's part (stage_layout.h)
+    const uint32_t q_part = q_layout(lane % 16, lane / 16);  // this thread's part (stage_layout.h)
     const auto q_address = [&](int step) {
-        return reinterpret_cast<T*>(q_smem + layout::at(q_layout, q_lane, 0, 2 * step));
+        return reinterpret_cast<T*>(q_smem + layout::at(q_layout, q_part, 0, 2 * step));
     };
     if constexpr (kQInRegisters) {
 #pragma unroll

@@ -105,12 +105,12 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
     const int t = lane % 4, m8 = lane / 8;
     // This thread's part of its fragment addresses (stage_layout.h): V's rows as the transposing
     // load reads them (e4m3 K's too: fp8_kv.cuh), 16-bit K's paired as the mma's B operand wants.
-    const uint32_t v_lane = offset(key0 + (m8 % 2) * 8 + lane % 8, m8 / 2);
+    const uint32_t v_part = offset(key0 + (m8 % 2) * 8 + lane % 8, m8 / 2);
     float s[Blocks][2][4] = {};  // [16-key block][keys 0-7, 8-15][mma accumulator]
     if constexpr (kFp8) {
-        fp8::scores<HeadDim>(s, k_tile, v_lane, q_step, offset);
+        fp8::scores<HeadDim>(s, k_tile, v_part, q_step, offset);
     } else {
-        const uint32_t k_lane = offset(key0 + (m8 / 2) * 8 + lane % 8, m8 % 2);
+        const uint32_t k_part = offset(key0 + (m8 / 2) * 8 + lane % 8, m8 % 2);
 #pragma unroll QkUnroll
         for (int step = 0; step < HeadDim / 16; ++step) {
             uint32_t q_frag[4];
@@ -119,7 +119,7 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
             for (int b = 0; b < Blocks; ++b) {
                 uint32_t k_frag[4];
                 mma::ldmatrix_m8n8x4(k_frag, reinterpret_cast<T*>(const_cast<uint8_t*>(k_tile) +
-                                                                   layout::at(offset, k_lane, b * 16, 2 * step)));
+                                                                   layout::at(offset, k_part, b * 16, 2 * step)));
                 mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&s[b][0][0], q_frag, k_frag);  // keys 0-7 and 8-15
             }
         }
@@ -188,13 +188,13 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
         uint32_t p_frag[4] = {pack<M>(s[b][0][0], s[b][0][1]), pack<M>(s[b][0][2], s[b][0][3]),
                               pack<M>(s[b][1][0], s[b][1][1]), pack<M>(s[b][1][2], s[b][1][3])};
         if constexpr (kFp8) {
-            fp8::accumulate<HeadDim>(st.o, p_frag, v_tile, v_lane, b * 16, offset);
+            fp8::accumulate<HeadDim>(st.o, p_frag, v_tile, v_part, b * 16, offset);
         } else {
 #pragma unroll
             for (int pair = 0; pair < HeadDim / 16; ++pair) {
                 uint32_t v_frag[4];
                 mma::ldmatrix_m8n8x4_trans(v_frag, reinterpret_cast<T*>(const_cast<uint8_t*>(v_tile) +
-                                                                         layout::at(offset, v_lane, b * 16, 2 * pair)));
+                                                                         layout::at(offset, v_part, b * 16, 2 * pair)));
                 mma::mma_sync_m16n16k16_row_col_f16f16f32<T>(&st.o[2 * pair][0], p_frag, v_frag);  // 2 dim blocks
             }
         }

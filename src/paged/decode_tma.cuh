@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     const int block_tid = tid - block * 32 * S::kKeySlices;         // among the block's warps
     const auto offset = [](int row, int chunk) { return layout::stream<S::kRowBytes, S::kKeys>(row, chunk); };
     const auto q_offset = [](int row, int chunk) { return layout::rows16<HeadDim>(row, chunk); };  // the Q tile
-    const uint32_t q_lane = q_offset(lane % 16, lane / 16);
+    const uint32_t q_part = q_offset(lane % 16, lane / 16);
     // 16-bit q: each item's Q tile is copied an item ahead, into the other of two buffers, so that
     // an item starts on a Q that has landed (e4m3 caches: staged through registers at the item,
     // from the raw tile the producer copied).
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         // e4m3 caches: every consumer has read the item's slot (and stored its Q tile): free it.
         if (kFp8 && tid == 0) tma::arrive(&slot->empty);
         uint32_t q_frag[kQInRegisters ? HeadDim / 16 : 1][4];
-        const auto q_address = [&](int step) {  // q_lane: this thread's part (stage_layout.h)
-            return reinterpret_cast<T*>(q_tile + layout::at(q_offset, q_lane, 16 * block, 2 * step));
+        const auto q_address = [&](int step) {  // q_part: this thread's part (stage_layout.h)
+            return reinterpret_cast<T*>(q_tile + layout::at(q_offset, q_part, 16 * block, 2 * step));
         };
         if constexpr (kQInRegisters) {
 #pragma unroll

@@ -52,13 +52,13 @@ __device__ __forceinline__ uint32_t widen_half(uint32_t x) {
 
 // The B operands of the 16 keys `rows` rows past the warp's first for QK^T steps `step` and
 // step + 1 (32 dims, in QStaging's order): [step][keys 0-7 low, high, keys 8-15 low, high].
-// lane: the thread's part of the address, offset(key0 + (m8 % 2) * 8 + lane % 8, m8 / 2) with m8 =
-// lane / 8 (stage_layout.h); offset(row, chunk): where the tile holds a row's 16-byte chunk.
+// part: the thread's part of the address, offset(key0 + (m8 % 2) * 8 + lane % 8, m8 / 2) with m8
+// = lane / 8 (stage_layout.h); offset(row, chunk): where the tile holds a row's 16-byte chunk.
 template <int HeadDim, typename Offset>
-__device__ __forceinline__ void k_fragments(const uint8_t* tile, uint32_t lane, int rows, int step, uint32_t (&b)[2][4],
+__device__ __forceinline__ void k_fragments(const uint8_t* tile, uint32_t part, int rows, int step, uint32_t (&b)[2][4],
                                             const Offset& offset) {
     uint32_t r[4];  // keys 0-7 and 8-15 of chunk `step`, then of step + 1
-    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + layout::at(offset, lane, rows, step)));
+    flashinfer::mma::ldmatrix_m8n8x4(r, const_cast<uint8_t*>(tile + layout::at(offset, part, rows, step)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         b[h][0] = widen_half<false>(r[2 * h]);
@@ -72,10 +72,10 @@ __device__ __forceinline__ void k_fragments(const uint8_t* tile, uint32_t lane, 
 // chunks `chunk` and chunk + 1: per chunk, n8 blocks of its even dims then its odd dims ([keys
 // 0-7, keys 8-15] each).
 template <int HeadDim, typename Offset>
-__device__ __forceinline__ void v_fragments(const uint8_t* tile, uint32_t lane, int rows, int chunk, uint32_t (&b)[2][4],
+__device__ __forceinline__ void v_fragments(const uint8_t* tile, uint32_t part, int rows, int chunk, uint32_t (&b)[2][4],
                                             const Offset& offset) {
     uint32_t r[4];
-    flashinfer::mma::ldmatrix_m8n8x4_trans(r, const_cast<uint8_t*>(tile + layout::at(offset, lane, rows, chunk)));
+    flashinfer::mma::ldmatrix_m8n8x4_trans(r, const_cast<uint8_t*>(tile + layout::at(offset, part, rows, chunk)));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         // Bytes (key 2t: dim 2g, 2g+1; key 2t+1: dim 2g, 2g+1) -> (even dims of both, odd dims of both).
@@ -88,9 +88,9 @@ __device__ __forceinline__ void v_fragments(const uint8_t* tile, uint32_t lane, 
 }
 
 // s += Q K^T over the Blocks 16-key blocks of a warp (s as in decode.cuh: [block][keys 0-7,
-// 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step; lane: k_fragments'.
+// 8-15][accumulator]); q_step(step, frag) gives Q's A operand of a step; part: k_fragments'.
 template <int HeadDim, int Blocks, typename QStep, typename Offset>
-__device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, uint32_t lane,
+__device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* k_tile, uint32_t part,
                                        const QStep& q_step, const Offset& offset) {
 #pragma unroll
     for (int step = 0; step < HeadDim / 16; step += 2) {  // one ldmatrix of K per 2 steps
@@ -100,23 +100,23 @@ __device__ __forceinline__ void scores(float (&s)[Blocks][2][4], const uint8_t* 
 #pragma unroll
         for (int b = 0; b < Blocks; ++b) {
             uint32_t k_frag[2][4];
-            k_fragments<HeadDim>(k_tile, lane, b * 16, step, k_frag, offset);
+            k_fragments<HeadDim>(k_tile, part, b * 16, step, k_frag, offset);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[0], k_frag[0]);
             flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&s[b][0][0], q_two[1], k_frag[1]);
         }
     }
 }
 
-// o += P V over the 16 keys `rows` rows past the warp's first of a stage (lane: k_fragments');
+// o += P V over the 16 keys `rows` rows past the warp's first of a stage (part: k_fragments');
 // o's n8 block 2c holds the even dims of 16-dim chunk c, block 2c + 1 its odd dims (store_partial
 // puts them in order).
 template <int HeadDim, typename Offset>
 __device__ __forceinline__ void accumulate(float (&o)[HeadDim / 8][4], uint32_t (&p_frag)[4], const uint8_t* v_tile,
-                                           uint32_t lane, int rows, const Offset& offset) {
+                                           uint32_t part, int rows, const Offset& offset) {
 #pragma unroll
     for (int chunk = 0; chunk < HeadDim / 16; chunk += 2) {
         uint32_t v_frag[2][4];
-        v_fragments<HeadDim>(v_tile, lane, rows, chunk, v_frag, offset);
+        v_fragments<HeadDim>(v_tile, part, rows, chunk, v_frag, offset);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk][0], p_frag, v_frag[0]);
         flashinfer::mma::mma_sync_m16n16k16_row_col_f16f16f32<half>(&o[2 * chunk + 2][0], p_frag, v_frag[1]);
     }

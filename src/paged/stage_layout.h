@@ -2,12 +2,12 @@
 // offsets), and the rule that lets a thread's ldmatrix addresses be found once per kernel instead
 // of at each load. Host-compilable: tests/test_stage_layout.py checks the rule on every layout.
 //
-// An x4 ldmatrix lane reads row R + r(lane) at chunk s + c(lane), with c(lane) in {0, 1} and s
-// even, for s over the row's chunks and R over the tile's 16-row blocks. In every layout here the
-// chunk's bits and the row's are disjoint, and an even s changes none of c's, so
-//     L(R + r, s + c) == (L(r, c) ^ L(0, s)) + L(R, 0)        (R a multiple of 16).
-// L(r, c) is the thread's own (kept in a register), L(0, s) and, per 16-row block, L(R, 0) are
-// constants or the stage's base: one LOP3 a step, no per-load row and swizzle arithmetic
+// An x4 ldmatrix lane reads row x + R at chunk s + c: x its own row (of the warp's first block),
+// c in {0, 1} its own chunk, s an even step and R a multiple of 16 (the block). In every layout
+// here a chunk's bits and a row's are disjoint, and an even s changes none of c's, so
+//     L(x + R, s + c) == (L(x, c) ^ L(0, s)) + L(R, 0).
+// L(x, c) is the thread's part (kept in a register), L(0, s) and L(R, 0) are constants: one LOP3
+// a step, no per-load row and swizzle arithmetic
 // (docs/design/decode-e4m3.md, "Fragment addresses").
 #ifndef FAS_PAGED_STAGE_LAYOUT_H
 #define FAS_PAGED_STAGE_LAYOUT_H
@@ -52,11 +52,11 @@ FAS_LAYOUT_FN uint32_t stream(int row, int chunk) {
     }
 }
 
-// The rule's right-hand side: `lane` = L(r, c), this thread's part; chunk `step` (even) and the
+// The rule's right-hand side: `part` = L(x, c), this thread's part; chunk `step` (even) and the
 // 16-row block at `rows` (a multiple of 16).
 template <typename Layout>
-FAS_LAYOUT_FN uint32_t at(const Layout& layout, uint32_t lane, int rows, int step) {
-    return (lane ^ layout(0, step)) + layout(rows, 0);
+FAS_LAYOUT_FN uint32_t at(const Layout& layout, uint32_t part, int rows, int step) {
+    return (part ^ layout(0, step)) + layout(rows, 0);
 }
 
 }  // namespace layout
