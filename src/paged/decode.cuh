@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(Shape<HeadDim, Long, sizeof(KV)>::kThreads,
         const uint8_t* k_tile = stage_smem + (it % S::kStages) * S::kStageBytes;
         const int key0 = warp * S::kWarpKeys;  // this warp's keys within the stage
         warp_stage<T, KV, HeadDim, S::kBlocks>(st, k_tile, k_tile + S::kTileBytes, key0,
-                                               kv_begin + it * S::kKeys + key0, bounds, sc, stage_offset, q_step, lane);
+                                               kv_begin + it * S::kKeys + key0, bounds, sc, stage_offset, q_step, lane,
+                                               row0 + 8 < qo_len * group);
     }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)

@@ -90,15 +90,26 @@ struct WarpState {
     }
 };
 
+// FAS_DECODE_SKIP_PAD_ROWS=1, a switch for timing: a warp whose 16-row tile holds queries only in
+// rows 0-7 (one token at GQA 8, the common decode row) skips the softmax of rows 8-15 and feeds
+// zeros for them to P V: half the exponentials, the row max's shuffles and O's rescale of a
+// stage (docs/design/decode-e4m3.md, "Padded rows"). Their O, max and sum are never read: no
+// query lives there. Off until a GPU run decides.
+#ifndef FAS_DECODE_SKIP_PAD_ROWS
+#define FAS_DECODE_SKIP_PAD_ROWS 0
+#endif
+
 // One stage of a warp: its Blocks x 16 keys from tile row key0 on (global key stage_key) of the K
 // and V tiles, against Q (q_step(step, frag): the A operand of 16 dims). T: q and out; KV: the
 // caches' element (T or e4m3: then the mma runs in fp16).
 // QkUnroll: steps of 16 dims unrolled in the scores' loop (all where q_step reads registers;
-// fewer keep fewer fragment loads in flight, for warps capped at fewer registers).
+// fewer keep fewer fragment loads in flight, for warps capped at fewer registers). upper: whether
+// rows 8-15 of the tile hold a query (read only with FAS_DECODE_SKIP_PAD_ROWS).
 template <typename T, typename KV, int HeadDim, int Blocks, int QkUnroll = HeadDim / 16, typename Offset, typename QStep>
 __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t* k_tile, const uint8_t* v_tile,
                                            int key0, int stage_key, const KeyBounds& bounds, const ScoreScale& sc,
-                                           const Offset& offset, const QStep& q_step, int lane) {
+                                           const Offset& offset, const QStep& q_step, int lane, bool upper = true) {
+    const bool rows_8_15 = !FAS_DECODE_SKIP_PAD_ROWS || upper;  // warp-uniform
     constexpr bool kFp8 = sizeof(KV) == 1;
     using M = std::conditional_t<kFp8, half, T>;
     namespace mma = flashinfer::mma;
@@ -151,6 +162,7 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
     // Online softmax in the log2 domain, per row j (g, g + 8).
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
+        if (j == 1 && !rows_8_15) break;
         float top = -INFINITY;
 #pragma unroll
         for (int b = 0; b < Blocks; ++b) {
@@ -185,8 +197,8 @@ __device__ __forceinline__ void warp_stage(WarpState<HeadDim>& st, const uint8_t
     // transposing ldmatrix.
 #pragma unroll
     for (int b = 0; b < Blocks; ++b) {
-        uint32_t p_frag[4] = {pack<M>(s[b][0][0], s[b][0][1]), pack<M>(s[b][0][2], s[b][0][3]),
-                              pack<M>(s[b][1][0], s[b][1][1]), pack<M>(s[b][1][2], s[b][1][3])};
+        uint32_t p_frag[4] = {pack<M>(s[b][0][0], s[b][0][1]), rows_8_15 ? pack<M>(s[b][0][2], s[b][0][3]) : 0u,
+                              pack<M>(s[b][1][0], s[b][1][1]), rows_8_15 ? pack<M>(s[b][1][2], s[b][1][3]) : 0u};
         if constexpr (kFp8) {
             fp8::accumulate<HeadDim>(st.o, p_frag, v_tile, v_part, b * 16, offset);
         } else {

@@ -227,6 +227,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
         // A block past the item's rows (a sequence with fewer queries than the plan's longest)
         // skips the math, and keeps its warps' part in the barriers.
         const bool active = RowBlocks == 1 || 16 * block < w.qo_len * group - row0;
+        const bool upper = 16 * block + 8 < w.qo_len * group - row0;  // rows 8-15 of its block hold a query
         WarpState<HeadDim> st;
         st.init();
         for (int it = 0; it < w.iterations; ++it, ++stage) {
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             }
             if (active) {
                 warp_stage<T, KV, HeadDim, S::kBlocks, kQkUnroll>(st, k_tile, v_tile, key0, stage_key, bounds, sc,
-                                                                  offset, q_step, lane);
+                                                                  offset, q_step, lane, upper);
             }
             if (it + 1 < w.iterations) {  // the last stage's slot is the scratch of the item's end
                 __syncwarp();
