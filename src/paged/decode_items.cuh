@@ -238,8 +238,9 @@ __device__ __forceinline__ Item tail_piece(const TailPlan& t, int x, int box_shi
 // as fast as them with the ids not loaded at all (a diagnostic build; docs/design/decode-producer.md).
 template <int Keys>
 struct StageIds {
-    static constexpr int kKeysShift = Keys == 256 ? 8 : Keys == 128 ? 7 : Keys == 64 ? 6 : Keys == 32 ? 5 : 4;
-    static_assert(1 << kKeysShift == Keys, "stages of 16 to 256 keys");
+    static constexpr int kKeysShift =
+        Keys == 512 ? 9 : Keys == 256 ? 8 : Keys == 128 ? 7 : Keys == 64 ? 6 : Keys == 32 ? 5 : 4;
+    static_assert(1 << kKeysShift == Keys, "stages of 16 to 512 keys");
     int index = -1;  // the item's (-1: none)
     int first = 0;   // its first stage
     int id = 0;

@@ -172,11 +172,23 @@ constexpr int kPairTileRows = 32;
 // kStream. Head dim 256 already stages 16 keys a warp.
 constexpr bool has_fine_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
 constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
+// FAS_DECODE_HD64_E4M3_WARP_KEYS=64, a switch for timing: the wide shape at head dim 64 (e4m3)
+// takes 64 keys a warp a stage instead of 32 (stages of 512 keys, 64 KiB as at head dim 128), so
+// that a stage's fixed work (the row max's shuffles, O's rescale, barriers, bookkeeping) spreads
+// over twice the keys (docs/design/decode-e4m3.md, "Head dim 64"). Off until a GPU run decides.
+#ifndef FAS_DECODE_HD64_E4M3_WARP_KEYS
+#define FAS_DECODE_HD64_E4M3_WARP_KEYS 32
+#endif
 // Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
 // whose warps hold twice the accumulators, and in the fine shape).
 constexpr int stream_keys(int head_dim, bool fp8_kv, bool wide = false, bool fine = false) {
-    return (head_dim == 256 && !fp8_kv) || fine ? 16 * stream_consumer_warps(wide) : 32 * stream_consumer_warps(wide);
+    if ((head_dim == 256 && !fp8_kv) || fine) return 16 * stream_consumer_warps(wide);
+    if (head_dim == 64 && fp8_kv && wide) return FAS_DECODE_HD64_E4M3_WARP_KEYS * stream_consumer_warps(wide);
+    return 32 * stream_consumer_warps(wide);
 }
+// The stream producer copies a box of rows a lane (decode_producer.cuh): a shape serves boxes of
+// `box_rows` only where its stages hold at most 32 of them.
+constexpr bool stream_boxes_fit(int keys, int box_rows) { return box_rows > 0 && keys / box_rows <= 32; }
 
 // Rows of keys one CTA loads per iteration (split chunks are multiples): decode.cuh's stage for
 // 16-row tiles (the same for e4m3 caches: their stages hold as many keys in half the bytes),

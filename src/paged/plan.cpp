@@ -194,7 +194,9 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     try {
         if (stream) {
             shape = pair                                        ? kPairStream
-                    : fast_card && wide_ctas > 0                ? kWideStream
+                    : fast_card && wide_ctas > 0 &&
+                              stream_boxes_fit(kv_tile_rows(layout.head_dim, 16, kWideStream, fp8_kv), box_rows)
+                        ? kWideStream
                     : fast_card && contiguous && fine_ctas > 0 ? kFineStream
                                                                 : kStream;
             build_schedule(layout, request, shape == kPairStream ? kPairTileRows : kernel->tile_q,
