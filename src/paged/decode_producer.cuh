@@ -29,9 +29,9 @@ namespace decode {
 template <typename S, bool Flat, bool Tail, int HandoffQBytes = 0>
 __device__ __forceinline__ void produce(const LaunchArgs& a, uint8_t* ring, uint64_t* full, uint64_t* empty,
                                         TailPlan* tail, uint64_t* tail_ready, int lane, uint8_t* slots = nullptr) {
-    // A lane per box: every box size where a stage holds at most 32 (smaller boxes: the plan takes
-    // another shape, paged.h's stream_boxes_fit).
-    static_assert(S::kKeys / kStreamBoxRows <= 32, "a lane per box");
+    // A lane per box: boxes of any size for stages of up to 256 keys; larger stages (paged.h's
+    // FAS_DECODE_HD64_E4M3_WARP_KEYS) 16-row boxes only, which the plan sees to (stream_boxes_fit).
+    static_assert(S::kKeys / (S::kKeys <= 256 ? kMinStreamBox : kStreamBoxRows) <= 32, "a lane per box");
     const int box = 1 << a.box_shift;
     const int page_shift = __popc(a.page_size) == 1 ? __ffs(a.page_size) - 1 : -1;
     const int id_shift = 5 - (StageIds<S::kKeys>::kKeysShift - a.box_shift);  // 1 << id_shift: stages of an id group
