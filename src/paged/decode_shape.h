@@ -5,7 +5,6 @@
 #define FAS_PAGED_DECODE_SHAPE_H
 
 #include "paged/paged.h"
-#include "paged/stream_q.h"
 
 namespace fas_paged {
 namespace decode {
@@ -67,7 +66,6 @@ struct StreamShape {
     static constexpr int kStages = 200 * 1024 / kStageBytes > 8 ? 8 : 200 * 1024 / kStageBytes;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kQBytes = 16 * RowBlocks * HeadDim * 2;  // q is 16-bit; two tiles (this item's, the next's)
-    static constexpr bool kQInRegisters = stream_q_in_registers(HeadDim, Wide, RowBlocks);  // paged/stream_q.h
     // e4m3 caches: the item handoff's slots (decode_handoff.cuh: a 256-byte header and a raw Q
     // tile of 16-bit q's size), 4 where they fit beside the ring, else 2. 16-bit shapes take
     // none: one slot of no bytes, so that the handoff's arithmetic, compiled there unused, has

@@ -109,10 +109,11 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     const T* q = static_cast<const T*>(a.q);
     constexpr int kQChunks = HeadDim / 8;
     // Two blocks run twice the warps (9 with the producer), at most 168 registers each (ptxas):
-    // their Q fragments come from shared memory at each step (stream_q.h), and their scores' loop
-    // is unrolled two steps, not all: fully unrolled it spilled 240 bytes and ran 64 x 4k 4-query
-    // GQA 8 at 91 us against 73 (H200; docs/design/decode-roofline.md).
-    constexpr bool kQInRegisters = S::kQInRegisters;
+    // their Q fragments come from shared memory at each step, and their scores' loop is unrolled
+    // two steps, not all: fully unrolled it spilled 240 bytes and ran 64 x 4k 4-query GQA 8 at
+    // 91 us against 73 (H200; docs/design/decode-roofline.md). The wide shape's read from shared
+    // memory too ran no faster (docs/design/decode-e4m3.md, "Fragment addresses").
+    constexpr bool kQInRegisters = HeadDim <= 128 && RowBlocks == 1;
     constexpr int kQkUnroll = RowBlocks == 1 ? HeadDim / 16 : 2;
     const int block = RowBlocks == 1 ? 0 : warp / S::kKeySlices;  // this warp's 16-row block of the query tile
     const int key0 = (warp % S::kKeySlices) * S::kWarpKeys;        // and its keys of each stage
