@@ -2,14 +2,7 @@
 FMA-pipe 2^x that the SM90 softmax may use for a share of its exponentials (sm90/softmax.cuh).
 The device build runs the same float operations (round-to-nearest intrinsics)."""
 
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+from host_program import run_program
 
 PROGRAM = r"""
 #include <cmath>
@@ -43,12 +36,7 @@ int main() {
 
 
 def test_exp2_fma_meets_its_error_bound_and_edges(tmp_path):
-    source = tmp_path / "exp2_fma_check.cpp"
-    source.write_text(PROGRAM)
-    binary = tmp_path / "exp2_fma_check"
-    subprocess.run(["g++", "-std=c++17", "-O2", f"-I{REPO / 'src'}", "-o", str(binary), str(source)], check=True)
-    samples, worst, worst_x, wrong_integers, nonzero_below = subprocess.run(
-        [str(binary)], check=True, capture_output=True, text=True).stdout.split()
+    samples, worst, worst_x, wrong_integers, nonzero_below = run_program(tmp_path, PROGRAM, optimize=True).split()
     assert int(samples) == 126 * 65536 + 1
     # The header promises at most 1.02e-4 relative error: below bf16's rounding of P (2^-9).
     assert float(worst) <= 1.02e-4, f"relative error {worst} at x = {worst_x}"

@@ -7,13 +7,10 @@ range) and 16-bit ones never fold an FP8 scale, whatever the flags say.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from host_program import run_program
 
-REPO = Path(__file__).resolve().parents[1]
 KINDS = [(fp8, head_dim, softcap) for fp8 in (False, True) for head_dim in (64, 128, 256) for softcap in (False, True)
          if not (fp8 and softcap)]
 
@@ -33,16 +30,8 @@ int main() {
 
 def choices(tmp_path: Path, *defines: str) -> dict:
     """{(fp8, head_dim, softcap): (poly_exp2_every, lazy_rescale_log2, fold_p_scale, hold_pv_wait)}."""
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler on this machine")
-    source = tmp_path / "choice.cpp"
     rows = ", ".join(f"{{{str(f).lower()}, {d}, {str(c).lower()}}}" for f, d, c in KINDS)
-    source.write_text(PROGRAM % rows)
-    binary = tmp_path / "choice"
-    subprocess.run([compiler, "-std=c++17", f"-I{REPO / 'src'}", *[f"-D{d}" for d in defines], str(source), "-o",
-                    str(binary)], check=True)
-    lines = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout.split("\n")
+    lines = run_program(tmp_path, PROGRAM % rows, *defines).split("\n")
     table = {}
     for line in filter(None, lines):
         fp8, head_dim, softcap, poly, lazy, fold, hold = map(int, line.split())

@@ -9,13 +9,10 @@ bank groups for the 8 rows of an ldmatrix phase, and every chunk of a tile at it
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from host_program import run_program
+
 # (name, C++ layout, rows of a tile, 16-byte chunks per row): the stream shape's stages (paged.h:
 # stream_keys, its switch included; rows of 64, 128, 256 and 512 bytes), the cp.async shapes' e4m3
 # and 16-bit stages and every Q tile (16 rows; 64 keeps the bank test meaningful at 8-row phases).
@@ -66,16 +63,9 @@ int main() {
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict:
     """{layout name: (cases of the rule, cases broken, ldmatrix phases with a bank clash, offsets reused)}."""
-    compiler = shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        pytest.skip("no C++ compiler on this machine")
-    tmp = tmp_path_factory.mktemp("stage_layout")
     calls = "\n".join(f'    check("{n}", [](int r, int c) {{ return {f}(r, c); }}, {rows}, {chunks});'
                       for n, f, rows, chunks in LAYOUTS)
-    (tmp / "layout.cpp").write_text(PROGRAM.replace("@CALLS@", calls))
-    subprocess.run([compiler, "-std=c++17", f"-I{REPO}/src", str(tmp / "layout.cpp"), "-o", str(tmp / "layout")],
-                   check=True)
-    lines = subprocess.run([str(tmp / "layout")], check=True, capture_output=True, text=True).stdout.splitlines()
+    lines = run_program(tmp_path_factory.mktemp("stage_layout"), PROGRAM.replace("@CALLS@", calls)).splitlines()
     return {name: tuple(int(v) for v in rest) for name, *rest in (line.split("|") for line in lines)}
 
 
