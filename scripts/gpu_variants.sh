@@ -6,6 +6,8 @@
 # (FAS_SM90_HOLD_PV_WAIT, FAS_SM90_POLY_EXP2_EVERY) are what it was written for.
 #   TESTS=GROUP    the test binary's group for the tests and memcheck (default attention; the
 #                  decode kernels: paged)
+#   LIMIT=SECONDS  the cap on each test run and on memcheck (default 300): a variant whose
+#                  pipeline protocol slips hangs, and the cap keeps the call's other results
 #   BENCH=SCRIPT   instead of bench_pair.py: a bench script that times one library
 #                  (bench/bench_fp8_kv.py, bench/bench_decode.py), run on every variant in
 #                  turn, two passes, with BENCH_ARGS (the second pass is the one to read)
@@ -59,7 +61,8 @@ first=${variants[0]%%=*}
 group=${TESTS:-attention}
 for v in "${variants[@]}"; do
   name=${v%%=*}
-  "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" > "$out/test-$name.log" 2>&1
+  timeout "${LIMIT:-300}" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" \
+    > "$out/test-$name.log" 2>&1
   # A dev library holds a few kernels: a case no kernel of it serves fails with "rebuild ..."
   # (paged plans: "no paged kernel ... is built") in every variant alike; the other failures
   # are the ones a switch can cause.
@@ -67,7 +70,8 @@ for v in "${variants[@]}"; do
     "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild\|is built')"
 done
 last=${variants[-1]%%=*}
-compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" \
+timeout "${LIMIT:-300}" compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick \
+  --only "$group" \
   > "$out/memcheck-$last.log" 2>&1
 echo "memcheck $last: exit $?, $(grep -E 'ERROR SUMMARY' "$out/memcheck-$last.log")"
 if [[ -n ${BENCH:-} ]]; then

@@ -4,7 +4,8 @@
 // sliding-window mask and key-tile range), the FP8 and paged ones none (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
-// producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
+// producer (sm90/fp8_producer.cuh), the FP8 consumer loop with two score tiles where
+// FAS_SM90_FP8_TWO_S picks it (sm90/fp8_loop.cuh) and the arguments; the kernels and the other collectives
 // are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
 // launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or
@@ -24,6 +25,7 @@
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/quantization/prefill_sm90.cuh>
 
+#include "sm90/fp8_loop.cuh"
 #include "sm90/fp8_producer.cuh"
 #include "sm90/ordered_epilogue.cuh"
 #include "sm90/packed_args.h"

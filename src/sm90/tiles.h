@@ -23,6 +23,19 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
     return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
 }
 
+// FP8 kernels whose consumers keep a second score tile in flight (sm90/fp8_loop.cuh): QK^T of
+// tile n+1 runs beside the softmax of tile n. Its second S accumulator (keys / 2 registers a
+// thread) fits the 240 of two consumer warpgroups only at head dim 128 with 128-key tiles (two S
+// 128, O 64, P 16). FAS_SM90_FP8_TWO_S=1 turns it on (variant builds; not measured yet).
+constexpr bool fp8_two_score_tiles(int head_dim) {
+#if defined(FAS_SM90_FP8_TWO_S) && FAS_SM90_FP8_TWO_S
+    return head_dim == 128;
+#else
+    static_cast<void>(head_dim);
+    return false;
+#endif
+}
+
 #ifdef FAS_SM90_TILES_OVERRIDE
 // Tuning builds only (bench/tune_tiles.py): another table, same signature.
 #include FAS_SM90_TILES_OVERRIDE
@@ -46,7 +59,8 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     }
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
-        if (head_dim == 128) return {128, 192, 2};
+        // Three stages: the two-tile loop reads K one tile further ahead of V.
+        if (head_dim == 128) return fp8_two_score_tiles(128) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};

@@ -1,0 +1,218 @@
+// The FP8 consumer loop with a second score tile in flight (issue 35; docs/design/sm90-mainloop-plan.md,
+// "Two score tiles"). The pinned loop (FlashInfer's mma_fp8) issues QK^T of tile n with PV of tile
+// n-1 and runs tile n's softmax once QK^T is done; at FP8 the GEMMs take half as long as at 16 bits,
+// and ncu puts the tensor pipe and the exponentials one after the other (47% and 48% busy at hd128).
+// Here each step issues PV of tile n-1 and QK^T of tile n+1 together, then runs tile n's softmax
+// (issued a step earlier), so a GEMM of the warpgroup's own runs beside its exponentials: ptxas
+// places the PV wait after the row max, as in the pinned loop, but QK^T of n+1 stays in flight.
+//
+//   step n:  rescale O | PV(P[n-1], V[n-1]), QK(K[n+1]) -> S[(n+1)%2] | wait QK(n) | mask, softmax
+//            S[n%2] | wait PV(n-1) | P = e4m3(S[n%2])
+//
+// The second S costs kv/2 registers a thread, so only hd128 with 128-key tiles takes it
+// (fp8_two_score_tiles, sm90/tiles.h: three stages, since K is read a tile further ahead of V).
+// The two S tiles swap roles every step; the loop body holds two steps so that each role is a
+// register set of its own. Every lambda is forced inline: a GEMM pipeline that crosses a call
+// (the causal kernel's step, left out of line) is serialized by ptxas (C7520).
+//
+// It replaces the pinned loop through argument-dependent lookup: the pinned kernel calls mma_fp8
+// unqualified with our variant, and this overload, on OrderedEpilogueFP8Attention<HeadDim>&, is the
+// more specialized one wherever it exists (fp8_two_score_tiles(HeadDim)). The contract is the
+// pinned loop's: tiles from the last to the first, K and V states advanced by the tiles read, Q
+// released to the producer (kQueryEmpty) after the last QK^T, O scaled and the LSE in the updater.
+#ifndef FAS_SM90_FP8_LOOP_CUH
+#define FAS_SM90_FP8_LOOP_CUH
+
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
+
+#include <flashinfer/attention/hopper/named_barrier.cuh>
+#include <flashinfer/attention/hopper/utils.cuh>
+
+#include "sm90/ordered_epilogue.cuh"
+#include "sm90/tiles.h"
+
+namespace fas_sm90 {
+
+// P in e4m3 as the PV GEMM's A operand: the scores converted in one array conversion, then the
+// byte order of FlashInfer's FP8 A fragments (permute_regs_A_to_C).
+template <typename Scores, typename Fragment>
+CUTLASS_DEVICE void scores_to_p(const Scores& scores, Fragment& p) {
+    using To = typename Fragment::value_type;
+    constexpr int kCount = decltype(cute::size(scores))::value;
+    static_assert(kCount == decltype(cute::size(p))::value, "P holds one value a score");
+    cutlass::NumericArrayConverter<To, float, kCount, cutlass::FloatRoundStyle::round_to_nearest> convert;
+    *reinterpret_cast<cutlass::Array<To, kCount>*>(p.data()) =
+        convert(*reinterpret_cast<const cutlass::Array<float, kCount>*>(scores.data()));
+    flashinfer::permute_regs_A_to_C(p);
+}
+
+template <typename Ktraits, bool LEFT_SLIDING_WINDOW, bool CAUSAL, typename WarpScheduler, int HeadDim,
+          typename Params, typename MainloopPipeline, typename MainloopPipelineVt, typename PipelineState,
+          typename SharedStorage, typename FrgTensorO, typename AttentionUpdater>
+CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
+    const Params& mainloop_params, OrderedEpilogueFP8Attention<HeadDim>& variant, MainloopPipeline pipeline_k,
+    MainloopPipelineVt pipeline_vt, PipelineState& smem_pipe_read_k, PipelineState& smem_pipe_read_v,
+    FrgTensorO& tOrO, AttentionUpdater& attention_updater, int kv_tile_idx_count, int /*swa_begin_kv_tile_idx*/,
+    int /*swa_end_kv_tile_idx*/, int thread_idx, int work_idx, int q_tile_idx, SharedStorage& shared_storage,
+    const int32_t qo_len, const int32_t kv_len, const int32_t qo_head_idx, const int32_t kv_head_idx,
+    const int32_t batch_idx) {
+    using namespace cute;
+    static_assert(!LEFT_SLIDING_WINDOW, "the FP8 kernels take no window (sm90/launch.cuh)");
+    static_assert(flashinfer::is_rmem<FrgTensorO>::value, "O lives in registers");
+    using TileShape = typename Ktraits::TileShape_QKD;
+    using DTypeKV = typename Ktraits::DTypeKV;
+    constexpr int kCtaQ = get<0>(TileShape{});
+    constexpr int kCtaKV = get<1>(TileShape{});
+    // Tiles that can hold keys past a row's causal bound, after the last one (the pinned loop's count).
+    constexpr int kCausalTiles = CAUSAL ? ceil_div(kCtaQ, kCtaKV) : 0;
+
+    Tensor sQ = make_tensor(make_smem_ptr(shared_storage.smem_q.data()), typename Ktraits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(shared_storage.smem_k.data()), typename Ktraits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(shared_storage.smem_vt.data()), typename Ktraits::SmemLayoutVt{});
+    typename Ktraits::TiledMmaQK mma_qk;
+    typename Ktraits::TiledMmaPV mma_pv;
+    auto thread_qk = mma_qk.get_thread_slice(thread_idx);
+    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
+    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thread_qk.partition_fragment_B(sK);
+    Tensor tOrV = thread_pv.partition_fragment_B(sVt);
+    Tensor tScS = thread_qk.partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
+
+    // The two score tiles and P (e4m3, the PV GEMM's A operand from registers).
+    Tensor s0 = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    Tensor s1 = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    Tensor tOrP = make_tensor<DTypeKV>(flashinfer::convert_layout_acc_Aregs_fp8(s0.layout()));
+
+    const auto wait = [](auto& pipeline, auto& state) CUTLASS_LAMBDA_FUNC_INLINE {
+        pipeline.consumer_wait(state, pipeline.consumer_try_wait(state));
+    };
+    PipelineState k_issue = smem_pipe_read_k;  // the next K to multiply; smem_pipe_read_k: the next to release
+    const auto issue_qk = [&](auto& scores) CUTLASS_LAMBDA_FUNC_INLINE {
+        flashinfer::gemm</*init=*/true, /*wg_wait=*/-1>(mma_qk, tSrQ, tSrK(_, _, _, k_issue.index()), scores);
+        ++k_issue;
+    };
+    // Tile `tile`'s scores, with the mask where a tile can hold keys past a row's bound (the last
+    // tile: past kv_len; causal: past the row's diagonal too).
+    const auto transform = [&](auto& scores, int tile, bool masked) CUTLASS_LAMBDA_FUNC_INLINE {
+#pragma unroll
+        for (int i = 0; i < size(scores); ++i) {
+            const int qo = get<0>(tScS(i)) + q_tile_idx * kCtaQ;
+            const int kv = get<1>(tScS(i)) + tile * kCtaKV;
+            scores(i) = variant.LogitsTransform(mainloop_params, scores(i), batch_idx, qo, kv, qo_head_idx, kv_head_idx);
+            const int bound = CAUSAL ? min(kv_len, qo + 1 + kv_len - qo_len) : kv_len;
+            if (masked && kv >= bound) scores(i) = AttentionUpdater::fill_value;
+        }
+    };
+
+    const int tiles = kv_tile_idx_count;
+    int tile = tiles - 1;
+    if (static_cast<cutlass::BarrierStatus>(shared_storage.barrier_Q.try_wait(work_idx % 2)) ==
+        cutlass::BarrierStatus::WaitAgain) {
+        shared_storage.barrier_Q.wait(work_idx % 2);
+    }
+    // The first step: QK^T of the last tile and, where `two`, of the tile before it, whose product
+    // runs while the first tile's softmax does. Two copies, not a branch around the second GEMM:
+    // a conditional GEMM makes the compiler merge s1's registers at the join, and ptxas then
+    // serializes every GEMM of the kernel (C7514).
+    const auto first_step = [&](auto two) CUTLASS_LAMBDA_FUNC_INLINE {
+        constexpr bool kTwo = decltype(two)::value;
+        // The previous work tile's output has left smem_o. The pinned loop signals it after its
+        // first GEMM; here it must come before the wait for the second K tile, which the producer
+        // loads only after this signal (sm90/fp8_producer.cuh: barrier_O, then the loop's loads).
+        if (work_idx != 0) {
+            const int lane_predicate = cute::elect_one_sync();
+            if (cutlass::canonical_warp_idx_sync() == Ktraits::NUM_WARPS - 1 && lane_predicate) {
+                shared_storage.barrier_O.arrive(0, lane_predicate);
+            }
+        }
+        wait(pipeline_k, k_issue);
+        if constexpr (kTwo) {
+            PipelineState second = k_issue;
+            ++second;
+            wait(pipeline_k, second);
+        }
+        WarpScheduler::barrier_sync();
+        issue_qk(s0);
+        if constexpr (kTwo) issue_qk(s1);
+        WarpScheduler::barrier_arrive();
+        warpgroup_wait<kTwo ? 1 : 0>();
+        pipeline_k.consumer_release(smem_pipe_read_k);
+        ++smem_pipe_read_k;
+        transform(s0, tile, /*masked=*/true);
+        attention_updater.template update</*init=*/true>(s0);
+        variant.PQuantize(s0);
+        scores_to_p(s0, tOrP);
+    };
+
+    // Step `done` (tiles done so far) with `current` = the tile whose QK^T is in flight, `next` free.
+    const auto step = [&](auto& current, auto& next, auto has_next, int done) CUTLASS_LAMBDA_FUNC_INLINE {
+        constexpr bool kNext = decltype(has_next)::value;
+        --tile;
+        attention_updater.rescale_o(tOrO);
+        wait(pipeline_vt, smem_pipe_read_v);
+        if constexpr (kNext) wait(pipeline_k, k_issue);
+        WarpScheduler::barrier_sync();
+        flashinfer::gemm</*init=*/false, /*wg_wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, smem_pipe_read_v.index()), tOrO);
+        if constexpr (kNext) issue_qk(next);
+        WarpScheduler::barrier_arrive();
+        if constexpr (kNext) {
+            warpgroup_wait<2>();  // this tile's QK^T; PV and the next QK^T still run
+        } else {
+            warpgroup_wait<1>();
+        }
+        pipeline_k.consumer_release(smem_pipe_read_k);
+        ++smem_pipe_read_k;
+        transform(current, tile, /*masked=*/done <= kCausalTiles);
+        attention_updater.template update</*init=*/false>(current);
+        variant.PQuantize(current);
+        if constexpr (kNext) {
+            warpgroup_wait<1>();  // PV: P's registers are free
+        } else {
+            warpgroup_wait<0>();
+        }
+        pipeline_vt.consumer_release(smem_pipe_read_v);
+        ++smem_pipe_read_v;
+        scores_to_p(current, tOrP);
+    };
+    if (tiles == 1) {
+        first_step(std::false_type{});
+    } else {
+        first_step(std::true_type{});
+        // Steps 1 .. tiles-1: s1 holds the odd tiles' scores, s0 the even ones'.
+#pragma unroll 1
+        for (int done = 1; done < tiles; done += 2) {
+            if (done + 1 < tiles) {
+                step(s1, s0, std::true_type{}, done);
+            } else {
+                step(s1, s0, std::false_type{}, done);
+                break;
+            }
+            if (done + 2 < tiles) {
+                step(s0, s1, std::true_type{}, done + 1);
+            } else {
+                step(s0, s1, std::false_type{}, done + 1);
+                break;
+            }
+        }
+    }
+
+    // Every QK^T has finished: Q's buffer is the producer's again.
+    cutlass::arch::NamedBarrier::arrive(Ktraits::NUM_MMA_THREADS + Ktraits::NUM_PRODUCER_THREADS,
+                                        static_cast<int>(flashinfer::NamedBarriers::kQueryEmpty));
+    attention_updater.rescale_o(tOrO);
+    wait(pipeline_vt, smem_pipe_read_v);
+    flashinfer::gemm</*init=*/false, /*wg_wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, smem_pipe_read_v.index()), tOrO);
+    attention_updater.finalize(s0, variant.scale_pv);
+    warpgroup_wait<0>();
+    pipeline_vt.consumer_release(smem_pipe_read_v);
+    ++smem_pipe_read_v;
+    attention_updater.rescale_o(tOrO);
+    variant.ODequantize(mainloop_params, tOrO, qo_head_idx, kv_head_idx);
+}
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_FP8_LOOP_CUH
