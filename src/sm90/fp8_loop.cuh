@@ -86,13 +86,17 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
     Tensor s1 = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     Tensor tOrP = make_tensor<DTypeKV>(flashinfer::convert_layout_acc_Aregs_fp8(s0.layout()));
 
-    const auto wait = [](auto& pipeline, auto& state) CUTLASS_LAMBDA_FUNC_INLINE {
+    const auto wait = [](auto& pipeline, const auto& state) CUTLASS_LAMBDA_FUNC_INLINE {
         pipeline.consumer_wait(state, pipeline.consumer_try_wait(state));
     };
-    PipelineState k_issue = smem_pipe_read_k;  // the next K to multiply; smem_pipe_read_k: the next to release
-    const auto issue_qk = [&](auto& scores) CUTLASS_LAMBDA_FUNC_INLINE {
-        flashinfer::gemm</*init=*/true, /*wg_wait=*/-1>(mma_qk, tSrQ, tSrK(_, _, _, k_issue.index()), scores);
-        ++k_issue;
+    // K's read state is the next tile to release; the tile after it, the one a step multiplies
+    // ahead, is one stage on (derived, not a third state kept across the loop).
+    const auto following = [](PipelineState state) CUTLASS_LAMBDA_FUNC_INLINE {
+        ++state;
+        return state;
+    };
+    const auto issue_qk = [&](auto& scores, const PipelineState& k) CUTLASS_LAMBDA_FUNC_INLINE {
+        flashinfer::gemm</*init=*/true, /*wg_wait=*/-1>(mma_qk, tSrQ, tSrK(_, _, _, k.index()), scores);
     };
     // Tile `tile`'s scores, with the mask where a tile can hold keys past a row's bound (the last
     // tile: past kv_len; causal: past the row's diagonal too).
@@ -128,15 +132,11 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
                 shared_storage.barrier_O.arrive(0, lane_predicate);
             }
         }
-        wait(pipeline_k, k_issue);
-        if constexpr (kTwo) {
-            PipelineState second = k_issue;
-            ++second;
-            wait(pipeline_k, second);
-        }
+        wait(pipeline_k, smem_pipe_read_k);
+        if constexpr (kTwo) wait(pipeline_k, following(smem_pipe_read_k));
         WarpScheduler::barrier_sync();
-        issue_qk(s0);
-        if constexpr (kTwo) issue_qk(s1);
+        issue_qk(s0, smem_pipe_read_k);
+        if constexpr (kTwo) issue_qk(s1, following(smem_pipe_read_k));
         WarpScheduler::barrier_arrive();
         warpgroup_wait<kTwo ? 1 : 0>();
         pipeline_k.consumer_release(smem_pipe_read_k);
@@ -153,10 +153,10 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
         --tile;
         attention_updater.rescale_o(tOrO);
         wait(pipeline_vt, smem_pipe_read_v);
-        if constexpr (kNext) wait(pipeline_k, k_issue);
+        if constexpr (kNext) wait(pipeline_k, following(smem_pipe_read_k));
         WarpScheduler::barrier_sync();
         flashinfer::gemm</*init=*/false, /*wg_wait=*/-1>(mma_pv, tOrP, tOrV(_, _, _, smem_pipe_read_v.index()), tOrO);
-        if constexpr (kNext) issue_qk(next);
+        if constexpr (kNext) issue_qk(next, following(smem_pipe_read_k));
         WarpScheduler::barrier_arrive();
         if constexpr (kNext) {
             warpgroup_wait<2>();  // this tile's QK^T; PV and the next QK^T still run
