@@ -66,8 +66,9 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
     using DTypeKV = typename Ktraits::DTypeKV;
     constexpr int kCtaQ = get<0>(TileShape{});
     constexpr int kCtaKV = get<1>(TileShape{});
-    // Tiles that can hold keys past a row's causal bound, after the last one (the pinned loop's count).
-    constexpr int kCausalTiles = CAUSAL ? ceil_div(kCtaQ, kCtaKV) : 0;
+    // Tiles that can hold keys past a row's causal bound, after the last one (the pinned loop's
+    // count): one, the step peeled off before the loop, whose steps are mask-free.
+    static_assert(!CAUSAL || ceil_div(kCtaQ, kCtaKV) == 1, "the causal loop peels one masked step");
 
     Tensor sQ = make_tensor(make_smem_ptr(shared_storage.smem_q.data()), typename Ktraits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared_storage.smem_k.data()), typename Ktraits::SmemLayoutK{});
@@ -100,14 +101,14 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
     };
     // Tile `tile`'s scores, with the mask where a tile can hold keys past a row's bound (the last
     // tile: past kv_len; causal: past the row's diagonal too).
-    const auto transform = [&](auto& scores, int tile, bool masked) CUTLASS_LAMBDA_FUNC_INLINE {
+    const auto transform = [&](auto& scores, int tile, auto masked) CUTLASS_LAMBDA_FUNC_INLINE {
 #pragma unroll
         for (int i = 0; i < size(scores); ++i) {
             const int qo = get<0>(tScS(i)) + q_tile_idx * kCtaQ;
             const int kv = get<1>(tScS(i)) + tile * kCtaKV;
             scores(i) = variant.LogitsTransform(mainloop_params, scores(i), batch_idx, qo, kv, qo_head_idx, kv_head_idx);
             const int bound = CAUSAL ? min(kv_len, qo + 1 + kv_len - qo_len) : kv_len;
-            if (masked && kv >= bound) scores(i) = AttentionUpdater::fill_value;
+            if (decltype(masked)::value && kv >= bound) scores(i) = AttentionUpdater::fill_value;
         }
     };
 
@@ -141,14 +142,15 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
         warpgroup_wait<kTwo ? 1 : 0>();
         pipeline_k.consumer_release(smem_pipe_read_k);
         ++smem_pipe_read_k;
-        transform(s0, tile, /*masked=*/true);
+        transform(s0, tile, /*masked=*/std::true_type{});
         attention_updater.template update</*init=*/true>(s0);
         variant.PQuantize(s0);
         scores_to_p(s0, tOrP);
     };
 
-    // Step `done` (tiles done so far) with `current` = the tile whose QK^T is in flight, `next` free.
-    const auto step = [&](auto& current, auto& next, auto has_next, int done) CUTLASS_LAMBDA_FUNC_INLINE {
+    // A step with `current` = the tile whose QK^T is in flight, `next` free; `masked` where the
+    // tile may hold keys past a row's causal bound.
+    const auto step = [&](auto& current, auto& next, auto has_next, auto masked) CUTLASS_LAMBDA_FUNC_INLINE {
         constexpr bool kNext = decltype(has_next)::value;
         --tile;
         attention_updater.rescale_o(tOrO);
@@ -165,7 +167,7 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
         }
         pipeline_k.consumer_release(smem_pipe_read_k);
         ++smem_pipe_read_k;
-        transform(current, tile, /*masked=*/done <= kCausalTiles);
+        transform(current, tile, masked);
         attention_updater.template update</*init=*/false>(current);
         variant.PQuantize(current);
         if constexpr (kNext) {
@@ -177,26 +179,38 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
         ++smem_pipe_read_v;
         scores_to_p(current, tOrP);
     };
-    if (tiles == 1) {
-        first_step(std::false_type{});
-    } else {
-        first_step(std::true_type{});
-        // Steps 1 .. tiles-1: s1 holds the odd tiles' scores, s0 the even ones'.
+    // Mask-free steps from `done` tiles done (< tiles) to the end; `a` holds the scores of the tile
+    // in flight, and the two score tiles swap roles every step.
+    const auto unmasked_steps = [&](int done, auto& a, auto& b) CUTLASS_LAMBDA_FUNC_INLINE {
 #pragma unroll 1
-        for (int done = 1; done < tiles; done += 2) {
+        for (; done < tiles; done += 2) {
             if (done + 1 < tiles) {
-                step(s1, s0, std::true_type{}, done);
+                step(a, b, std::true_type{}, std::false_type{});
             } else {
-                step(s1, s0, std::false_type{}, done);
+                step(a, b, std::false_type{}, std::false_type{});
                 break;
             }
             if (done + 2 < tiles) {
-                step(s0, s1, std::true_type{}, done + 1);
+                step(b, a, std::true_type{}, std::false_type{});
             } else {
-                step(s0, s1, std::false_type{}, done + 1);
+                step(b, a, std::false_type{}, std::false_type{});
                 break;
             }
         }
+    };
+    if (tiles == 1) {
+        first_step(std::false_type{});
+    } else if constexpr (CAUSAL) {
+        first_step(std::true_type{});
+        if (tiles == 2) {
+            step(s1, s0, std::false_type{}, std::true_type{});
+        } else {
+            step(s1, s0, std::true_type{}, std::true_type{});
+            unmasked_steps(2, s0, s1);
+        }
+    } else {
+        first_step(std::true_type{});
+        unmasked_steps(1, s1, s0);
     }
 
     // Every QK^T has finished: Q's buffer is the producer's again.

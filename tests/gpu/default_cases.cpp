@@ -212,8 +212,9 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         if (std::strcmp(info.family, "sm90") == 0) {
             // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
             // and without padded rows. The family must be SM90 (the device check passed). Lengths of
-            // one to three 128-key tiles (37, 200, 300): the FP8 two-score-tile loop
-            // (sm90/fp8_loop.cuh) has a one-tile path and ends on either score tile.
+            // one to four 128-key tiles (37, 200, 300, 500): the FP8 two-score-tile loop
+            // (sm90/fp8_loop.cuh) has a one-tile path, a causal two-tile one, and ends on either
+            // score tile.
             const struct {
                 int heads_q, heads_kv, row_padding;
             } shapes[] = {{8, 8, 0}, {8, 2, 8}, {16, 2, 0}};
@@ -221,7 +222,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 AttentionCase sm90 = varlen_case(fp8 ? "kernel-sm90-fp8-plan" : "kernel-sm90-plan", dtype, shape.heads_q,
                                                  shape.heads_kv, info.head_dim,
                                                  info.causal != 0,
-                                                 quick ? std::vector<int>{1, 37, 200, 129, 300}
+                                                 quick ? std::vector<int>{1, 37, 200, 129, 300, 500}
                                                        : std::vector<int>{1, 4097, 37, 200, 129, 300, 3, 1});
                 // e4m3 rows must start 16 bytes apart: pad FP8 rows by 16 elements.
                 sm90.row_padding = fp8 && shape.row_padding != 0 ? 16 : shape.row_padding;
