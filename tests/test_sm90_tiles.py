@@ -1,8 +1,9 @@
 """sm90/tiles.h: the FP8 two-score-tile switch (compiled on the host).
 
-The header promises: without FAS_SM90_FP8_TWO_S no kernel keeps a second score tile; with it only
-FP8 head dim 128 does, on 128-key tiles of three stages, and every other tile shape stays as it
-was. The shape it picks must fit a block's shared memory and the consumers' registers.
+The header promises: without FAS_SM90_FP8_TWO_S no kernel keeps a second score tile; with it FP8
+head dims 128 (128-key tiles of three stages) and 256 (64-key tiles of two) do, and every other
+tile shape stays as it was. The shapes it picks must fit a block's shared memory and the
+consumers' registers.
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ def test_without_the_flag_no_kernel_keeps_a_second_score_tile(tmp_path):
     assert not any(two for (_, _, _, two) in tiles(tmp_path).values())
 
 
-def test_the_flag_changes_only_the_fp8_hd128_tile_to_128_keys_and_three_stages(tmp_path):
+def test_the_flag_narrows_only_the_fp8_hd128_and_hd256_tiles(tmp_path):
     before, after = tiles(tmp_path), tiles(tmp_path, "FAS_SM90_FP8_TWO_S=1")
+    narrowed = {128: (128, 3), 256: (64, 2)}  # head dim: keys a tile, stages
     for key, shape in after.items():
         fp8, head_dim, _ = key
-        if fp8 and head_dim == 128:
-            assert shape == (before[key][0], 128, 3, True), key
+        if fp8 and head_dim in narrowed:
+            assert shape == (before[key][0], *narrowed[head_dim], True), key
+            assert shape[1] < before[key][1], key
         else:
             assert shape == before[key], key
 

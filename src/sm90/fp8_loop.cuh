@@ -9,8 +9,9 @@
 //   step n:  rescale O | PV(P[n-1], V[n-1]), QK(K[n+1]) -> S[(n+1)%2] | wait QK(n) | mask, softmax
 //            S[n%2] | wait PV(n-1) | P = e4m3(S[n%2])
 //
-// The second S costs kv/2 registers a thread, so only hd128 with 128-key tiles takes it
-// (fp8_two_score_tiles, sm90/tiles.h: three stages, since K is read a tile further ahead of V).
+// The second S costs kv/2 registers a thread, so the tiles narrow where it is on
+// (fp8_two_score_tiles, sm90/tiles.h): 128 keys at hd128 (three stages, since K is read a tile
+// further ahead of V), 64 at hd256.
 // The two S tiles swap roles every step; the loop body holds two steps so that each role is a
 // register set of its own. Every lambda is forced inline: a GEMM pipeline that crosses a call
 // (the causal kernel's step, left out of line) is serialized by ptxas (C7520).
@@ -67,8 +68,9 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
     constexpr int kCtaQ = get<0>(TileShape{});
     constexpr int kCtaKV = get<1>(TileShape{});
     // Tiles that can hold keys past a row's causal bound, after the last one (the pinned loop's
-    // count): one, the step peeled off before the loop, whose steps are mask-free.
-    static_assert(!CAUSAL || ceil_div(kCtaQ, kCtaKV) == 1, "the causal loop peels one masked step");
+    // count): the steps peeled off before the loop, whose steps are mask-free.
+    constexpr int kCausalTiles = CAUSAL ? ceil_div(kCtaQ, kCtaKV) : 0;
+    static_assert(kCausalTiles <= 2, "the causal loop peels one or two masked steps");
 
     Tensor sQ = make_tensor(make_smem_ptr(shared_storage.smem_q.data()), typename Ktraits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared_storage.smem_k.data()), typename Ktraits::SmemLayoutK{});
@@ -201,12 +203,21 @@ CUTLASS_DEVICE std::enable_if_t<fp8_two_score_tiles(HeadDim)> mma_fp8(
     if (tiles == 1) {
         first_step(std::false_type{});
     } else if constexpr (CAUSAL) {
+        // The masked steps, each one the last where the tiles end there.
         first_step(std::true_type{});
         if (tiles == 2) {
             step(s1, s0, std::false_type{}, std::true_type{});
-        } else {
+        } else if constexpr (kCausalTiles == 1) {
             step(s1, s0, std::true_type{}, std::true_type{});
             unmasked_steps(2, s0, s1);
+        } else {
+            step(s1, s0, std::true_type{}, std::true_type{});
+            if (tiles == 3) {
+                step(s0, s1, std::false_type{}, std::true_type{});
+            } else {
+                step(s0, s1, std::true_type{}, std::true_type{});
+                unmasked_steps(3, s1, s0);
+            }
         }
     } else {
         first_step(std::true_type{});

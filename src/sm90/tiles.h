@@ -25,11 +25,12 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 
 // FP8 kernels whose consumers keep a second score tile in flight (sm90/fp8_loop.cuh): QK^T of
 // tile n+1 runs beside the softmax of tile n. Its second S accumulator (keys / 2 registers a
-// thread) fits the 240 of two consumer warpgroups only at head dim 128 with 128-key tiles (two S
-// 128, O 64, P 16). FAS_SM90_FP8_TWO_S=1 turns it on (variant builds; not measured yet).
+// thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: 128 keys at
+// head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages, as
+// three no longer fit beside O). FAS_SM90_FP8_TWO_S=1 turns it on (variant builds; not measured).
 constexpr bool fp8_two_score_tiles(int head_dim) {
 #if defined(FAS_SM90_FP8_TWO_S) && FAS_SM90_FP8_TWO_S
-    return head_dim == 128;
+    return head_dim == 128 || head_dim == 256;
 #else
     static_cast<void>(head_dim);
     return false;
@@ -61,6 +62,7 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
         if (head_dim == 64) return {192, 128, 4};
         // Three stages: the two-tile loop reads K one tile further ahead of V.
         if (head_dim == 128) return fp8_two_score_tiles(128) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
+        if (head_dim == 256 && fp8_two_score_tiles(256)) return {128, 64, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
