@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Kernel variants of one tree on one GPU host, in one call: dev libraries (bench/dev_library.py)
 # of a few kernel TUs built side by side with the host's nvcc, one per set of -D flags; each
-# variant's test binary (attention group, bf16; one variant under memcheck too), then
+# variant's test binary (attention group, bf16) and every switch under memcheck, all at once, then
 # bench_pair.py of the first variant against each other one. Issue 35's compile-time switches
 # (FAS_SM90_HOLD_PV_WAIT, FAS_SM90_POLY_EXP2_EVERY) are what it was written for.
 #   TESTS=GROUP    the test binary's group for the tests and memcheck (default attention; the
 #                  decode kernels: paged)
-#   LIMIT=SECONDS  the cap on each test run and on memcheck (default 300): a variant whose
-#                  pipeline protocol slips hangs, and the cap keeps the call's other results
+#   LIMIT=SECONDS  the cap on each test run and memcheck (default 300; they run side by side): a
+#                  variant whose pipeline protocol slips hangs, and the cap keeps the other results
 #   BENCH=SCRIPT   instead of bench_pair.py: a bench script that times one library
 #                  (bench/bench_fp8_kv.py, bench/bench_decode.py), run on every variant in
 #                  turn, two passes, with BENCH_ARGS (the second pass is the one to read)
@@ -59,21 +59,29 @@ done
 
 first=${variants[0]%%=*}
 group=${TESTS:-attention}
+# Correctness only, so every variant's tests and every switch's memcheck run at once (one GPU,
+# separate processes): the call spends the longest run's time, not the sum.
+check() {  # LOG COMMAND...: the command under the cap, its exit status as the log's last line
+  local log=$1; shift
+  timeout "${LIMIT:-300}" "$@" > "$log" 2>&1
+  echo "exit $?" >> "$log"
+}
 for v in "${variants[@]}"; do
   name=${v%%=*}
-  timeout "${LIMIT:-300}" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" \
-    > "$out/test-$name.log" 2>&1
+  check "$out/test-$name.log" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
+  [[ $name == "$first" ]] || check "$out/memcheck-$name.log" compute-sanitizer --tool memcheck \
+    "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
+done
+wait
+for v in "${variants[@]}"; do
+  name=${v%%=*}
   # A dev library holds a few kernels: a case no kernel of it serves fails with "rebuild ..."
   # (paged plans: "no paged kernel ... is built") in every variant alike; the other failures
   # are the ones a switch can cause.
-  echo "test $name: exit $?, $(grep -E '^summary:' "$out/test-$name.log");" \
+  echo "test $name: $(tail -1 "$out/test-$name.log"), $(grep -E '^summary:' "$out/test-$name.log");" \
     "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild\|is built')"
+  [[ $name == "$first" ]] || echo "memcheck $name: $(tail -1 "$out/memcheck-$name.log"), $(grep -E 'ERROR SUMMARY' "$out/memcheck-$name.log")"
 done
-last=${variants[-1]%%=*}
-timeout "${LIMIT:-300}" compute-sanitizer --tool memcheck "$out/$last/bin/test_varlen_inference" --dtype bf16 --quick \
-  --only "$group" \
-  > "$out/memcheck-$last.log" 2>&1
-echo "memcheck $last: exit $?, $(grep -E 'ERROR SUMMARY' "$out/memcheck-$last.log")"
 if [[ -n ${BENCH:-} ]]; then
   for pass in 1 2; do
     for v in "${variants[@]}"; do
