@@ -23,18 +23,23 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
     return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
 }
 
-// FP8 kernels whose consumers keep a second score tile in flight (sm90/fp8_loop.cuh): QK^T of
+// Kernels whose consumers keep a second score tile in flight (sm90/two_score_loop.cuh): QK^T of
 // tile n+1 runs beside the softmax of tile n. Its second S accumulator (keys / 2 registers a
-// thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: 128 keys at
-// head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages, as
-// three no longer fit beside O). FAS_SM90_FP8_TWO_S=1 turns it on (variant builds; not measured).
-constexpr bool fp8_two_score_tiles(int head_dim) {
+// thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: FP8 128 keys
+// at head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages,
+// as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128, non-causal (two S 96,
+// O 64, P 24; the causal kernel's GEMMs ptxas serializes, C7514, cause not found yet).
+// FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds; not measured).
+constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap, bool causal) {
+    bool on = false;
 #if defined(FAS_SM90_FP8_TWO_S) && FAS_SM90_FP8_TWO_S
-    return head_dim == 128 || head_dim == 256;
-#else
-    static_cast<void>(head_dim);
-    return false;
+    on = on || (fp8 && (head_dim == 128 || head_dim == 256));
 #endif
+#if defined(FAS_SM90_SOFTCAP_TWO_S) && FAS_SM90_SOFTCAP_TWO_S
+    on = on || (!fp8 && softcap && !causal && head_dim == 128);
+#endif
+    static_cast<void>(fp8), static_cast<void>(head_dim), static_cast<void>(softcap), static_cast<void>(causal);
+    return on;
 }
 
 #ifdef FAS_SM90_TILES_OVERRIDE
@@ -52,7 +57,7 @@ constexpr bool fp8_two_score_tiles(int head_dim) {
 // 3 or 4 stages were not: docs/design/decode-plan.md, "Chunked prefill"). The gather gives each
 // key one thread that looks its page up, so kv_rows is at most 128 and a multiple of
 // 1024 / head_dim (static_assert in sm90/paged_launch.cuh).
-constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false) {
+constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false, bool softcap = false) {
     if (paged) {
         if (head_dim == 64) return {192, 96, 2};
         if (head_dim == 128) return {128, 128, 2};
@@ -61,13 +66,13 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
         // Three stages: the two-tile loop reads K one tile further ahead of V.
-        if (head_dim == 128) return fp8_two_score_tiles(128) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
-        if (head_dim == 256 && fp8_two_score_tiles(256)) return {128, 64, 2};
+        if (head_dim == 128) return two_score_tiles(true, 128, false, causal) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
+        if (head_dim == 256 && two_score_tiles(true, 256, false, causal)) return {128, 64, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
     if (head_dim == 96) return TileShape{128, 128, 2};
-    if (head_dim == 128) return TileShape{128, 128, 2};
+    if (head_dim == 128) return two_score_tiles(false, 128, softcap, causal) ? TileShape{128, 96, 3} : TileShape{128, 128, 2};
     if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
     return causal ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }

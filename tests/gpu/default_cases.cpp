@@ -99,8 +99,9 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             cases.push_back(local);
         }
     }
-    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a causal window, head dims 128 and
-    // 80; SM90 where a softcap kernel serves it (sm90_softcap), else FA2, else skipped.
+    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a left window (causal, and not: the
+    // non-causal kernel's window edge tiles, sm90/two_score_loop.cuh), head dims 128 and 80; SM90
+    // where a softcap kernel serves it (sm90_softcap), else FA2, else skipped.
     bool sm90_softcap = false;
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
@@ -114,7 +115,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         int head_dim, left, heads_q, heads_kv;
         bool causal;
     } capped[] = {{30.f, 128, -1, 16, 2, true}, {50.f, 128, -1, 8, 8, false}, {50.f, 128, 64, 14, 2, true},
-                  {30.f, 80, -1, 16, 16, false}};
+                  {50.f, 128, 64, 8, 8, false}, {30.f, 80, -1, 16, 16, false}};
     for (const auto& cap : capped) {
         if (!sm90_softcap && fas_query_support(dtype, cap.head_dim, cap.causal && cap.left < 0, nullptr) != FAS_SUCCESS) {
             continue;  // neither an SM90 softcap kernel nor FA2 in this build
@@ -213,7 +214,7 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
             // and without padded rows. The family must be SM90 (the device check passed). Lengths of
             // one to four 128-key tiles (37, 200, 300, 500): the FP8 two-score-tile loop
-            // (sm90/fp8_loop.cuh) has a one-tile path, a causal two-tile one, and ends on either
+            // (sm90/two_score_loop.cuh) has a one-tile path, a causal two-tile one, and ends on either
             // score tile.
             const struct {
                 int heads_q, heads_kv, row_padding;
