@@ -3,7 +3,7 @@
 The header promises: without FAS_SM90_FP8_TWO_S or FAS_SM90_SOFTCAP_TWO_S no kernel keeps a second
 score tile and softcap kernels take the plain kernels' tiles; FAS_SM90_FP8_TWO_S narrows FP8 head
 dims 128 (128-key tiles of three stages) and 256 (64-key tiles of two), FAS_SM90_SOFTCAP_TWO_S the
-non-causal 16-bit softcap kernel at head dim 128 (96-key tiles of three), and every other tile
+16-bit softcap kernels at head dim 128 (96-key tiles of three), and every other tile
 shape stays as it was. The shapes they pick must fit a block's shared memory and the consumers'
 registers.
 """
@@ -55,7 +55,7 @@ def narrowed_by(flag: str) -> dict:
     """(fp8, head_dim, causal, softcap) -> (keys a tile, stages) where `flag` narrows the tile."""
     if flag == "FAS_SM90_FP8_TWO_S=1":
         return {(True, d, c, False): shape for d, shape in ((128, (128, 3)), (256, (64, 2))) for c in (False, True)}
-    return {(False, 128, False, True): (96, 3)}
+    return {(False, 128, c, True): (96, 3) for c in (False, True)}
 
 
 def test_each_flag_narrows_only_its_kernels_tiles(tmp_path):

@@ -27,8 +27,7 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // tile n+1 runs beside the softmax of tile n. Its second S accumulator (keys / 2 registers a
 // thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: FP8 128 keys
 // at head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages,
-// as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128, non-causal (two S 96,
-// O 64, P 24; the causal kernel's GEMMs ptxas serializes, C7514, cause not found yet).
+// as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128 (two S 96, O 64, P 24).
 // FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds; not measured).
 constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap, bool causal) {
     bool on = false;
@@ -36,7 +35,7 @@ constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap, bool causal
     on = on || (fp8 && (head_dim == 128 || head_dim == 256));
 #endif
 #if defined(FAS_SM90_SOFTCAP_TWO_S) && FAS_SM90_SOFTCAP_TWO_S
-    on = on || (!fp8 && softcap && !causal && head_dim == 128);
+    on = on || (!fp8 && softcap && head_dim == 128);
 #endif
     static_cast<void>(fp8), static_cast<void>(head_dim), static_cast<void>(softcap), static_cast<void>(causal);
     return on;

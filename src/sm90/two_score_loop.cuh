@@ -13,7 +13,7 @@
 //
 // The second S costs kv/2 registers a thread, so the tiles narrow where it is on
 // (two_score_tiles, sm90/tiles.h): FP8 128 keys at hd128 (three stages, since K is read a tile
-// further ahead of V), 64 at hd256; softcap 96 at hd128, non-causal. The two S tiles swap roles every step;
+// further ahead of V), 64 at hd256; softcap 96 at hd128. The two S tiles swap roles every step;
 // the loop body holds two steps so that each role is a register set of its own. The masked
 // steps (the first, and the causal diagonal's after it) are peeled off before the loop; a left
 // window's edge tiles, the last ones, take their mask in the loop (a uniform branch). Every
@@ -222,6 +222,9 @@ CUTLASS_DEVICE void two_score_loop(const Params& mainloop_params, Variant& varia
     // Mask-free steps from `done` tiles done (< tiles) to the end; `a` holds the scores of the tile
     // in flight, and the two score tiles swap roles every step.
     const auto unmasked_steps = [&](int done, auto& a, auto& b) CUTLASS_LAMBDA_FUNC_INLINE {
+        // The caller has tested done < tiles; told so, the compiler leaves no QK^T in flight into the
+        // tail past a loop that might not run (ptxas would serialize: C7514, the causal softcap kernel).
+        __builtin_assume(done < tiles);
 #pragma unroll 1
         for (; done < tiles; done += 2) {
             if (done + 1 < tiles) {
@@ -296,8 +299,8 @@ CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/true, HeadDim, /*softcap
         qo_len, kv_len, qo_head_idx, kv_head_idx, batch_idx);
 }
 
-// The 16-bit softcap kernels, non-causal (a left window, kNoWindow where the plan has none; no
-// multi-item scoring).
+// The 16-bit softcap kernels (a left window, kNoWindow where the plan has none; no multi-item
+// scoring).
 template <typename Ktraits, bool LEFT_SLIDING_WINDOW, bool CAUSAL, bool MULTIITEMSCORING, typename WarpScheduler,
           int HeadDim, typename Params, typename MainloopPipeline, typename PipelineState, typename SharedStorage,
           typename FrgTensorO, typename AttentionUpdater>

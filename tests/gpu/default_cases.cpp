@@ -101,7 +101,8 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
     }
     // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a left window (causal, and not: the
     // non-causal kernel's window edge tiles, sm90/two_score_loop.cuh), head dims 128 and 80; SM90
-    // where a softcap kernel serves it (sm90_softcap), else FA2, else skipped.
+    // where a softcap kernel serves it (sm90_softcap), else FA2, else skipped. 300 keys: four
+    // 96-key tiles, the first causal tile count whose steps reach that loop's mask-free part.
     bool sm90_softcap = false;
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
@@ -122,8 +123,8 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         }
         AttentionCase soft = plan_case("softcap-" + std::to_string(static_cast<int>(cap.cap)), dtype, cap.heads_q,
                                        cap.heads_kv, cap.head_dim, cap.causal,
-                                       quick ? std::vector<int>{1, 37, 200, 129}
-                                             : std::vector<int>{1, 37, 200, 129, 1500, 64},
+                                       quick ? std::vector<int>{1, 37, 200, 129, 300}
+                                             : std::vector<int>{1, 37, 200, 129, 300, 1500, 64},
                                        sm90_softcap ? FAS_FAMILY_SM90 : FAS_FAMILY_FA2);
         soft.softcap = cap.cap;
         soft.use_window = cap.left >= 0;
