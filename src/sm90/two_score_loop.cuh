@@ -219,8 +219,9 @@ CUTLASS_DEVICE void two_score_loop(const Params& mainloop_params, Variant& varia
         ++smem_pipe_read_v;
         scores_to_p(current, tOrP);
     };
-    // Mask-free steps from `done` tiles done (< tiles) to the end; `a` holds the scores of the tile
-    // in flight, and the two score tiles swap roles every step.
+    // The steps past the masked ones (a left window's edge tiles mask behind a uniform branch), from
+    // `done` tiles done (< tiles) to the end; `a` holds the scores of the tile in flight, and the
+    // two score tiles swap roles every step.
     const auto unmasked_steps = [&](int done, auto& a, auto& b) CUTLASS_LAMBDA_FUNC_INLINE {
         // The caller has tested done < tiles; told so, the compiler leaves no QK^T in flight into the
         // tail past a loop that might not run (ptxas would serialize: C7514, the causal softcap kernel).
