@@ -27,7 +27,7 @@ int main() {
                 for (int softcap = 0; softcap < 2 - fp8; ++softcap) {
                     const auto t = fas_sm90::tile_shape(fp8, head_dim, causal, false, softcap);
                     std::printf("%%d %%d %%d %%d %%d %%d %%d %%d\\n", fp8, head_dim, causal, softcap, t.q_rows,
-                                t.kv_rows, t.stages, fas_sm90::two_score_tiles(fp8, head_dim, softcap, causal));
+                                t.kv_rows, t.stages, fas_sm90::two_score_tiles(fp8, head_dim, softcap));
                 }
 }
 """

@@ -29,16 +29,15 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // at head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages,
 // as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128 (two S 96, O 64, P 24).
 // FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds; not measured).
-constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap, bool causal) {
-    bool on = false;
-#if defined(FAS_SM90_FP8_TWO_S) && FAS_SM90_FP8_TWO_S
-    on = on || (fp8 && (head_dim == 128 || head_dim == 256));
+#ifndef FAS_SM90_FP8_TWO_S
+#define FAS_SM90_FP8_TWO_S 0
 #endif
-#if defined(FAS_SM90_SOFTCAP_TWO_S) && FAS_SM90_SOFTCAP_TWO_S
-    on = on || (!fp8 && softcap && head_dim == 128);
+#ifndef FAS_SM90_SOFTCAP_TWO_S
+#define FAS_SM90_SOFTCAP_TWO_S 0
 #endif
-    static_cast<void>(fp8), static_cast<void>(head_dim), static_cast<void>(softcap), static_cast<void>(causal);
-    return on;
+constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap) {
+    return fp8 ? FAS_SM90_FP8_TWO_S && (head_dim == 128 || head_dim == 256)
+               : FAS_SM90_SOFTCAP_TWO_S && softcap && head_dim == 128;
 }
 
 #ifdef FAS_SM90_TILES_OVERRIDE
@@ -65,13 +64,13 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
         // Three stages: the two-tile loop reads K one tile further ahead of V.
-        if (head_dim == 128) return two_score_tiles(true, 128, false, causal) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
-        if (head_dim == 256 && two_score_tiles(true, 256, false, causal)) return {128, 64, 2};
+        if (head_dim == 128) return two_score_tiles(true, 128, false) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
+        if (head_dim == 256 && two_score_tiles(true, 256, false)) return {128, 64, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
     if (head_dim == 96) return TileShape{128, 128, 2};
-    if (head_dim == 128) return two_score_tiles(false, 128, softcap, causal) ? TileShape{128, 96, 3} : TileShape{128, 128, 2};
+    if (head_dim == 128) return two_score_tiles(false, 128, softcap) ? TileShape{128, 96, 3} : TileShape{128, 128, 2};
     if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
     return causal ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }

@@ -242,8 +242,8 @@ CUTLASS_DEVICE void two_score_loop(const Params& mainloop_params, Variant& varia
             }
         }
     };
-    // Tests as <=, not ==: each branch then tells the compiler that the loop after it runs at least
-    // once (a first step's second GEMM left in flight into the tail would serialize: C7514).
+    // Tests as <=, not ==: each branch then tells the compiler that what follows it has tiles left
+    // (a first step's second GEMM left in flight into the tail would serialize: C7514).
     if (tiles <= 1) {
         first_step(std::false_type{});
     } else if constexpr (CAUSAL) {
@@ -251,12 +251,11 @@ CUTLASS_DEVICE void two_score_loop(const Params& mainloop_params, Variant& varia
         first_step(std::true_type{});
         if (tiles <= 2) {
             step(s1, s0, std::false_type{}, std::true_type{});
-        } else if constexpr (kCausalTiles == 1) {
-            step(s1, s0, std::true_type{}, std::true_type{});
-            unmasked_steps(2, s0, s1);
         } else {
             step(s1, s0, std::true_type{}, std::true_type{});
-            if (tiles <= 3) {
+            if constexpr (kCausalTiles == 1) {
+                unmasked_steps(2, s0, s1);
+            } else if (tiles <= 3) {
                 step(s0, s1, std::false_type{}, std::true_type{});
             } else {
                 step(s0, s1, std::true_type{}, std::true_type{});
@@ -286,7 +285,7 @@ CUTLASS_DEVICE void two_score_loop(const Params& mainloop_params, Variant& varia
 template <typename Ktraits, bool LEFT_SLIDING_WINDOW, bool CAUSAL, typename WarpScheduler, int HeadDim,
           typename Params, typename MainloopPipeline, typename MainloopPipelineVt, typename PipelineState,
           typename SharedStorage, typename FrgTensorO, typename AttentionUpdater>
-CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/true, HeadDim, /*softcap=*/false, CAUSAL)> mma_fp8(
+CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/true, HeadDim, /*softcap=*/false)> mma_fp8(
     const Params& mainloop_params, OrderedEpilogueFP8Attention<HeadDim>& variant, MainloopPipeline pipeline_k,
     MainloopPipelineVt pipeline_vt, PipelineState& smem_pipe_read_k, PipelineState& smem_pipe_read_v,
     FrgTensorO& tOrO, AttentionUpdater& attention_updater, int kv_tile_idx_count, int swa_begin_kv_tile_idx,
@@ -305,7 +304,7 @@ CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/true, HeadDim, /*softcap
 template <typename Ktraits, bool LEFT_SLIDING_WINDOW, bool CAUSAL, bool MULTIITEMSCORING, typename WarpScheduler,
           int HeadDim, typename Params, typename MainloopPipeline, typename PipelineState, typename SharedStorage,
           typename FrgTensorO, typename AttentionUpdater>
-CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/false, HeadDim, /*softcap=*/true, CAUSAL)> mma_f16(
+CUTLASS_DEVICE std::enable_if_t<two_score_tiles(/*fp8=*/false, HeadDim, /*softcap=*/true)> mma_f16(
     const Params& mainloop_params, SoftcapAttention<HeadDim>& variant, MainloopPipeline pipeline_k,
     MainloopPipeline pipeline_v, PipelineState& smem_pipe_read_k, PipelineState& smem_pipe_read_v, FrgTensorO& tOrO,
     AttentionUpdater& attention_updater, int kv_tile_idx_count, int swa_begin_kv_tile_idx, int swa_end_kv_tile_idx,
