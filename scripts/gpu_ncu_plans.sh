@@ -15,7 +15,7 @@ libs=${1:?usage: gpu_ncu_plans.sh LIBS WORKLOADS} workloads=${2:?usage: gpu_ncu_
 nvidia-smi -L
 ncu --version | tail -1
 keep='Duration|SM Frequency|Pipe Tensor Cycles|Pipe Xu|Pipe Fma Cycles|Pipe Alu Cycles|Issue Slots Busy'
-keep="$keep|Warp Cycles Per Issued|Stall (Wait|Barrier|Short Scoreboard|Long Scoreboard|Math Pipe Throttle|Dispatch)"
+keep="$keep|Warp Cycles Per Issued|Stall [A-Z]"  # every stall reason ncu reports
 IFS=';' read -ra runs <<< "$workloads"
 for run in "${runs[@]}"; do
   for lib in ${libs//,/ }; do

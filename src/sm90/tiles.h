@@ -28,7 +28,8 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: FP8 128 keys
 // at head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages,
 // as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128 (two S 96, O 64, P 24).
-// FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds; not measured).
+// FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds). Off by default:
+// on an H200 the narrower tiles made every kernel 1.02-1.65x slower (docs/design/sm90-mainloop-plan.md).
 #ifndef FAS_SM90_FP8_TWO_S
 #define FAS_SM90_FP8_TWO_S 0
 #endif
