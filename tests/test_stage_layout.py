@@ -17,8 +17,8 @@ from host_program import run_program
 # stream_keys, its switch included; rows of 64, 128, 256 and 512 bytes), the cp.async shapes' e4m3
 # and 16-bit stages and every Q tile (16 rows; 64 keeps the bank test meaningful at 8-row phases).
 LAYOUTS = [
-    ("stream 64 B x 256", "layout::stream<64, 256>", 256, 4),
-    ("stream 64 B x 512", "layout::stream<64, 512>", 512, 4),  # FAS_DECODE_HD64_E4M3_WARP_KEYS=64
+    ("stream 64 B x 256", "layout::stream<64, 256>", 256, 4),  # FAS_DECODE_HD64_E4M3_WARP_KEYS=32
+    ("stream 64 B x 512", "layout::stream<64, 512>", 512, 4),  # hd64 e4m3: 64 keys a warp
     ("stream 128 B x 256", "layout::stream<128, 256>", 256, 8),
     ("stream 128 B x 128", "layout::stream<128, 128>", 128, 8),
     ("stream 256 B x 128", "layout::stream<256, 128>", 128, 16),

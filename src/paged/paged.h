@@ -172,12 +172,13 @@ constexpr int kPairTileRows = 32;
 // kStream. Head dim 256 already stages 16 keys a warp.
 constexpr bool has_fine_stream(int head_dim, bool fp8_kv) { return !fp8_kv && head_dim <= 128; }
 constexpr int stream_consumer_warps(bool wide) { return wide ? 8 : 4; }
-// FAS_DECODE_HD64_E4M3_WARP_KEYS=64, a switch for timing: the wide shape at head dim 64 (e4m3)
-// takes 64 keys a warp a stage instead of 32 (stages of 512 keys, 64 KiB as at head dim 128), so
-// that a stage's fixed work (the row max's shuffles, O's rescale, barriers, bookkeeping) spreads
-// over twice the keys (docs/design/decode-e4m3.md, "Head dim 64"). Off until a GPU run decides.
+// The wide shape at head dim 64 (e4m3) takes 64 keys a warp a stage, not 32 (stages of 512 keys,
+// 64 KiB as at head dim 128), so that a stage's fixed work (the row max's shuffles, O's rescale,
+// barriers, bookkeeping) spreads over twice the keys: 10-12% faster on an H200
+// (docs/design/decode-e4m3.md, "Head dim 64"). FAS_DECODE_HD64_E4M3_WARP_KEYS=32 builds the old
+// shape for comparison.
 #ifndef FAS_DECODE_HD64_E4M3_WARP_KEYS
-#define FAS_DECODE_HD64_E4M3_WARP_KEYS 32
+#define FAS_DECODE_HD64_E4M3_WARP_KEYS 64
 #endif
 // Keys per stage of the stream shapes: 32 per consumer warp (16 for 16-bit caches at head dim 256,
 // whose warps hold twice the accumulators, and in the fine shape).
