@@ -39,6 +39,16 @@
 namespace fas_paged {
 namespace decode {
 
+// FAS_DECODE_ARRIVE_ALL_LANES=1, a probe for compute-sanitizer's racecheck: every lane of a warp
+// arrives on `empty` and `tail_ready` (their counts 32 times as high) instead of lane 0 after
+// __syncwarp. Racecheck reports hazards in the pair and tail kernels between accesses that only
+// such a lane-0 arrival orders (docs/design/decode-roofline.md, "Racecheck of the 16-bit pair and
+// tail kernels"); whether they go with it tells the tool's blind spot from a race. Off: unchanged.
+#ifndef FAS_DECODE_ARRIVE_ALL_LANES
+#define FAS_DECODE_ARRIVE_ALL_LANES 0
+#endif
+constexpr int kWarpArrivals = FAS_DECODE_ARRIVE_ALL_LANES ? 32 : 1;  // a warp's arrivals on a barrier
+
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
 // (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
 // consumer warps over the same stages, so that 17-32 rows per sequence read the KV once. Tail:
@@ -68,9 +78,9 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     if (tid == 0) {
         for (int s = 0; s < S::kStages; ++s) {
             tma::init(&full[s], 1);
-            tma::init(&empty[s], S::kConsumerWarps);
+            tma::init(&empty[s], S::kConsumerWarps * kWarpArrivals);
         }
-        if constexpr (Tail) tma::init(tail_ready, 1);
+        if constexpr (Tail) tma::init(tail_ready, kWarpArrivals);
         if constexpr (kFp8) init_item_slots<S>(slots);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -89,7 +99,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             if (dp < items) {
                 plan_tail<S::kKeys>(a, dp, items, chunk, 2LL * S::kRowBytes << a.box_shift, *tail, lane);
                 __syncwarp();
-                if (lane == 0) tma::arrive(tail_ready);
+                if (kWarpArrivals == 32 || lane == 0) tma::arrive(tail_ready);
             }
             return;
         }
@@ -259,7 +269,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             }
             if (it + 1 < w.iterations) {  // the last stage's slot is the scratch of the item's end
                 __syncwarp();
-                if (lane == 0) tma::arrive(&empty[slot]);
+                if (kWarpArrivals == 32 || lane == 0) tma::arrive(&empty[slot]);
             }
         }
         // Each 16-row block ends as a tile of its own, its warps' states and O in their own part of
@@ -278,7 +288,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             sync();  // every warp has read the scratch
             tma::fence_async();
             __syncwarp();
-            if (lane == 0) tma::arrive(&empty[slot]);
+            if (kWarpArrivals == 32 || lane == 0) tma::arrive(&empty[slot]);
         } else {  // no keys (and no landed stage to borrow as scratch)
             finish_empty_tile<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile
