@@ -8,6 +8,8 @@
 #                  decode kernels: paged)
 #   LIMIT=SECONDS  the cap on each test run and memcheck (default 300; they run side by side): a
 #                  variant whose pipeline protocol slips hangs, and the cap keeps the other results
+#   SANITIZER=TOOL compute-sanitizer's tool for the non-first variants (default memcheck;
+#                  racecheck for a switch that changes how warps hand shared memory over)
 #   BENCH=SCRIPT   instead of bench_pair.py: a bench script that times one library
 #                  (bench/bench_fp8_kv.py, bench/bench_decode.py), run on every variant in
 #                  turn, two passes, with BENCH_ARGS (the second pass is the one to read)
@@ -69,7 +71,7 @@ check() {  # LOG COMMAND...: the command under the cap, its exit status as the l
 for v in "${variants[@]}"; do
   name=${v%%=*}
   check "$out/test-$name.log" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
-  [[ $name == "$first" ]] || check "$out/memcheck-$name.log" compute-sanitizer --tool memcheck \
+  [[ $name == "$first" ]] || check "$out/${SANITIZER:-memcheck}-$name.log" compute-sanitizer --tool "${SANITIZER:-memcheck}" \
     "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
 done
 wait
@@ -80,7 +82,8 @@ for v in "${variants[@]}"; do
   # are the ones a switch can cause.
   echo "test $name: $(tail -1 "$out/test-$name.log"), $(grep -E '^summary:' "$out/test-$name.log");" \
     "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild\|is built')"
-  [[ $name == "$first" ]] || echo "memcheck $name: $(tail -1 "$out/memcheck-$name.log"), $(grep -E 'ERROR SUMMARY' "$out/memcheck-$name.log")"
+  log=$out/${SANITIZER:-memcheck}-$name.log
+  [[ $name == "$first" ]] || echo "${SANITIZER:-memcheck} $name: $(tail -1 "$log"), $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log")"
 done
 if [[ -n ${BENCH:-} ]]; then
   for pass in 1 2; do
