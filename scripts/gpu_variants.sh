@@ -61,6 +61,7 @@ done
 
 first=${variants[0]%%=*}
 group=${TESTS:-attention}
+tool=${SANITIZER:-memcheck}
 # Correctness only, so every variant's tests and every switch's memcheck run at once (one GPU,
 # separate processes): the call spends the longest run's time, not the sum.
 check() {  # LOG COMMAND...: the command under the cap, its exit status as the log's last line
@@ -71,7 +72,7 @@ check() {  # LOG COMMAND...: the command under the cap, its exit status as the l
 for v in "${variants[@]}"; do
   name=${v%%=*}
   check "$out/test-$name.log" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
-  [[ $name == "$first" ]] || check "$out/${SANITIZER:-memcheck}-$name.log" compute-sanitizer --tool "${SANITIZER:-memcheck}" \
+  [[ $name == "$first" ]] || check "$out/$tool-$name.log" compute-sanitizer --tool "$tool" \
     "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
 done
 wait
@@ -82,8 +83,8 @@ for v in "${variants[@]}"; do
   # are the ones a switch can cause.
   echo "test $name: $(tail -1 "$out/test-$name.log"), $(grep -E '^summary:' "$out/test-$name.log");" \
     "failures other than kernels not built: $(grep '^\[FAIL\]' "$out/test-$name.log" | grep -vc 'rebuild\|is built')"
-  log=$out/${SANITIZER:-memcheck}-$name.log
-  [[ $name == "$first" ]] || echo "${SANITIZER:-memcheck} $name: $(tail -1 "$log"), $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log")"
+  [[ $name == "$first" ]] || echo "$tool $name: $(tail -1 "$out/$tool-$name.log")," \
+    "$(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/$tool-$name.log")"
 done
 if [[ -n ${BENCH:-} ]]; then
   for pass in 1 2; do

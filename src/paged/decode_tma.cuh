@@ -81,6 +81,10 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
     TailPlan* const tail = reinterpret_cast<TailPlan*>(smem + S::kSmemBytes);  // Tail only
     uint64_t* const tail_ready = reinterpret_cast<uint64_t*>(smem + S::kSmemBytes + sizeof(TailPlan));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    // A warp's arrival on `empty` or `tail_ready`, after its __syncwarp: lane 0's (all lanes' with the probe).
+    const auto warp_arrive = [lane](uint64_t* bar) {
+        if (kWarpArrivals == 32 || lane == 0) tma::arrive(bar);
+    };
     if (tid == 0) {
         for (int s = 0; s < S::kStages; ++s) {
             tma::init(&full[s], 1);
@@ -105,7 +109,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             if (dp < items) {
                 plan_tail<S::kKeys>(a, dp, items, chunk, 2LL * S::kRowBytes << a.box_shift, *tail, lane);
                 __syncwarp();
-                if (kWarpArrivals == 32 || lane == 0) tma::arrive(tail_ready);
+                warp_arrive(tail_ready);
             }
             return;
         }
@@ -281,7 +285,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             }
             if (it + 1 < w.iterations) {  // the last stage's slot is the scratch of the item's end
                 __syncwarp();
-                if (kWarpArrivals == 32 || lane == 0) tma::arrive(&empty[slot]);
+                warp_arrive(&empty[slot]);
             }
         }
         // Each 16-row block ends as a tile of its own, its warps' states and O in their own part of
@@ -300,7 +304,7 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             sync();  // every warp has read the scratch
             tma::fence_async();
             __syncwarp();
-            if (kWarpArrivals == 32 || lane == 0) tma::arrive(&empty[slot]);
+            warp_arrive(&empty[slot]);
         } else {  // no keys (and no landed stage to borrow as scratch)
             finish_empty_tile<T, HeadDim>(a, tile, block_tid, 32 * S::kKeySlices);
             sync();  // every warp is done with this item's Q tile

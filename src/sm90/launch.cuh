@@ -4,8 +4,7 @@
 // sliding-window mask and key-tile range), the FP8 and paged ones none (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
-// producer (sm90/fp8_producer.cuh), the consumer loop with two score tiles where a flag picks it
-// (sm90/two_score_loop.cuh) and the arguments; the kernels and the other collectives
+// producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
 // are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
 // launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or
@@ -25,7 +24,6 @@
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/quantization/prefill_sm90.cuh>
 
-#include "sm90/two_score_loop.cuh"
 #include "sm90/fp8_producer.cuh"
 #include "sm90/ordered_epilogue.cuh"
 #include "sm90/packed_args.h"
@@ -217,9 +215,9 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
 template <typename Input, typename Output, int HeadDim, bool Causal, Scores S = Scores::kPlain,
-          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).q_rows,
-          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).kv_rows,
-          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).stages>
+          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
+          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
+          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
 cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0 && HeadDim <= 256, "FlashInfer's SM90 traits take head dims that are multiples of 32");
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");

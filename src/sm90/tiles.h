@@ -23,24 +23,6 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
     return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
 }
 
-// Kernels whose consumers keep a second score tile in flight (sm90/two_score_loop.cuh): QK^T of
-// tile n+1 runs beside the softmax of tile n. Its second S accumulator (keys / 2 registers a
-// thread) fits the 240 of two consumer warpgroups with narrower tiles than today's: FP8 128 keys
-// at head dim 128 (two S 128, O 64, P 16), 64 at head dim 256 (two S 64, O 128, P 8; two stages,
-// as three no longer fit beside O); 16-bit softcap 96 keys at head dim 128 (two S 96, O 64, P 24).
-// FAS_SM90_FP8_TWO_S=1 and FAS_SM90_SOFTCAP_TWO_S=1 turn them on (variant builds). Off by default:
-// on an H200 the narrower tiles made every kernel 1.02-1.65x slower (docs/design/sm90-mainloop-plan.md).
-#ifndef FAS_SM90_FP8_TWO_S
-#define FAS_SM90_FP8_TWO_S 0
-#endif
-#ifndef FAS_SM90_SOFTCAP_TWO_S
-#define FAS_SM90_SOFTCAP_TWO_S 0
-#endif
-constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap) {
-    return fp8 ? FAS_SM90_FP8_TWO_S && (head_dim == 128 || head_dim == 256)
-               : FAS_SM90_SOFTCAP_TWO_S && softcap && head_dim == 128;
-}
-
 #ifdef FAS_SM90_TILES_OVERRIDE
 // Tuning builds only (bench/tune_tiles.py): another table, same signature.
 #include FAS_SM90_TILES_OVERRIDE
@@ -56,7 +38,7 @@ constexpr bool two_score_tiles(bool fp8, int head_dim, bool softcap) {
 // 3 or 4 stages were not: docs/design/decode-plan.md, "Chunked prefill"). The gather gives each
 // key one thread that looks its page up, so kv_rows is at most 128 and a multiple of
 // 1024 / head_dim (static_assert in sm90/paged_launch.cuh).
-constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false, bool softcap = false) {
+constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false) {
     if (paged) {
         if (head_dim == 64) return {192, 96, 2};
         if (head_dim == 128) return {128, 128, 2};
@@ -64,14 +46,12 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     }
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
-        // Three stages: the two-tile loop reads K one tile further ahead of V.
-        if (head_dim == 128) return two_score_tiles(true, 128, false) ? TileShape{128, 128, 3} : TileShape{128, 192, 2};
-        if (head_dim == 256 && two_score_tiles(true, 256, false)) return {128, 64, 2};
+        if (head_dim == 128) return {128, 192, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
     if (head_dim == 96) return TileShape{128, 128, 2};
-    if (head_dim == 128) return two_score_tiles(false, 128, softcap) ? TileShape{128, 96, 3} : TileShape{128, 128, 2};
+    if (head_dim == 128) return TileShape{128, 128, 2};
     if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
     return causal ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }

@@ -99,10 +99,9 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             cases.push_back(local);
         }
     }
-    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a left window (causal, and not: the
-    // non-causal kernel's window edge tiles, sm90/two_score_loop.cuh), head dims 128 and 80; SM90
-    // where a softcap kernel serves it (sm90_softcap), else FA2, else skipped. 300 keys: four
-    // 96-key tiles, the first causal tile count whose steps reach that loop's mask-free part.
+    // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a left window (causal and not),
+    // head dims 128 and 80; SM90 where a softcap kernel serves it (sm90_softcap), else FA2, else
+    // skipped. Lengths of one to three 128-key tiles (37, 200, 300).
     bool sm90_softcap = false;
     for (int index = 0; index < fas_num_kernels(); ++index) {
         fas_kernel_info info;
@@ -214,9 +213,8 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         if (std::strcmp(info.family, "sm90") == 0) {
             // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
             // and without padded rows. The family must be SM90 (the device check passed). Lengths of
-            // one to four 128-key tiles (37, 200, 300, 500): the FP8 two-score-tile loop
-            // (sm90/two_score_loop.cuh) has a one-tile path, a causal two-tile one, and ends on either
-            // score tile.
+            // one to four 128-key tiles (37, 200, 300, 500): a consumer loop's one-tile path, its
+            // causal diagonal steps and its last step on either of two alternating register sets.
             const struct {
                 int heads_q, heads_kv, row_padding;
             } shapes[] = {{8, 8, 0}, {8, 2, 8}, {16, 2, 0}};
