@@ -39,21 +39,16 @@
 namespace fas_paged {
 namespace decode {
 
-// FAS_DECODE_ARRIVE_ALL_LANES=1, a probe for compute-sanitizer's racecheck: every lane of a warp
+// FAS_DECODE_ARRIVE_ALL_LANES=1, a build for compute-sanitizer's racecheck: every lane of a warp
 // arrives on `empty` and `tail_ready` (their counts 32 times as high) instead of lane 0 after
-// __syncwarp. Racecheck reports hazards in the pair and tail kernels, some between accesses that
-// only such a lane-0 arrival orders (docs/design/decode-roofline.md, "Racecheck of the 16-bit pair
-// and tail kernels"); whether they go with it tells the tool's blind spot from a race. Off: unchanged.
+// __syncwarp. PTX orders the other lanes' accesses through the warp barrier and lane 0's release;
+// racecheck does not follow that and reports hazards in the 16-bit pair and tail kernels, none in
+// this build (docs/design/decode-roofline.md, "Racecheck of the 16-bit pair and tail kernels").
+// Off by default: up to 1% slower on an H200 where items are many or short.
 #ifndef FAS_DECODE_ARRIVE_ALL_LANES
 #define FAS_DECODE_ARRIVE_ALL_LANES 0
 #endif
 constexpr int kWarpArrivals = FAS_DECODE_ARRIVE_ALL_LANES ? 32 : 1;  // a warp's arrivals on a barrier
-// FAS_DECODE_PAIR_ZERO_ALL_SYNC=1, the other racecheck probe: the pair shape's warps meet after
-// the V rows past the end are zeroed at the barrier of all consumer warps, not their key slice's
-// (`bar.sync 2 + slice`, the one barrier only the pair shape uses). Off: unchanged.
-#ifndef FAS_DECODE_PAIR_ZERO_ALL_SYNC
-#define FAS_DECODE_PAIR_ZERO_ALL_SYNC 0
-#endif
 
 // T: q and out; KV: the caches' element (T, or __nv_fp8_e4m3); Wide: kWideStream; QFp8: e4m3 q
 // (e4m3 caches only); RowBlocks: 16-row blocks per query tile (2: kPairStream), each with its own
@@ -257,12 +252,13 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
             uint8_t* const k_tile = ring + slot * S::kStageBytes;
             uint8_t* const v_tile = k_tile + S::kTileBytes;
             const int stage_key = w.first + it * S::kKeys + key0;
-            // FAS_DECODE_PAIR_ZERO_ALL_SYNC tests the stage's end (the same for every warp), so that
-            // all consumer warps meet at their one barrier.
-            constexpr bool kZeroAllSync = RowBlocks > 1 && FAS_DECODE_PAIR_ZERO_ALL_SYNC;
-            const int past = kZeroAllSync ? w.first + (it + 1) * S::kKeys : stage_key + S::kWarpKeys;
+            // The pair shape tests the stage's end, the same for every warp, so that all consumer
+            // warps meet at their one barrier after the zeroing: a barrier per key slice (bar.sync
+            // 2 + slice, 64) orders the same, but racecheck then reported hazards across the
+            // consumers' later barriers, none with this one (docs/design/decode-roofline.md).
+            const int past = RowBlocks > 1 ? w.first + (it + 1) * S::kKeys : stage_key + S::kWarpKeys;
             if (past > w.kv_end) {  // zero this warp's V rows past the end (none: an empty loop)
-                if (block == 0) {  // once per key slice: the other blocks' warps of the slice wait for it
+                if (block == 0) {  // once per key slice: the other blocks' warps wait for it
                     constexpr int kChunksPerRow = S::kRowBytes / 16;
                     const int from = max(0, w.kv_end - stage_key);
                     for (int i = from * kChunksPerRow + lane; i < S::kWarpKeys * kChunksPerRow; i += 32) {
@@ -271,10 +267,8 @@ __global__ void __launch_bounds__(StreamShape<HeadDim, sizeof(KV), Wide, RowBloc
                     }
                     tma::fence_async();
                 }
-                if constexpr (kZeroAllSync) {
+                if constexpr (RowBlocks > 1) {
                     tma::consumers_sync<kConsumers>();
-                } else if constexpr (RowBlocks > 1) {
-                    tma::slice_sync<32 * RowBlocks>(warp % S::kKeySlices);
                 } else {
                     __syncwarp();
                 }

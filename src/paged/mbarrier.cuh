@@ -46,11 +46,6 @@ template <int Threads>
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(Threads) : "memory");
 }
-// A barrier of the consumer warps that share a key slice (one per 16-row block): barriers 2 on.
-template <int Threads>
-__device__ __forceinline__ void slice_sync(int slice) {
-    asm volatile("bar.sync %0, %1;" ::"r"(2 + slice), "n"(Threads) : "memory");
-}
 
 }  // namespace tma
 
