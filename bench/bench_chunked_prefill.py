@@ -11,6 +11,10 @@ FA2-class kernel that served these plans before), SDPA cuDNN and flash with a lo
 mask on the contiguous KV; then paged 16 / contiguous and the library (paged 16) / the faster
 SDPA backend. FLOPs: 4 * H * D * (query, key) pairs the mask lets through. Timing:
 common.median_ms_each (rounds in shuffled order, median of samples).
+
+`--window W` adds a causal left window of W keys on pages of 16 (the SM90 paged kernel where
+built): its TFLOPS over the pairs inside the window, and that speed per in-window score against
+the same plan without the window (issue 35's bar for windows: >= 0.95).
 """
 
 from __future__ import annotations
@@ -31,12 +35,22 @@ ROWS = [(16, 512, 4096), (4, 2048, 16384), (64, 128, 2048), (1, 8192, 32768)]
 HEADS_Q, HEADS_KV, HEAD_DIM = 16, 2, 128
 
 
-def visible_pairs(queries: int, keys: int) -> int:
-    """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1."""
-    return queries * (keys - queries) + queries * (queries + 1) // 2
+def visible_pairs(queries: int, keys: int, window: int = -1) -> int:
+    """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1,
+    at most window + 1 with a left window."""
+    if window < 0:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    return sum(min(keys - queries + i + 1, window + 1) for i in range(queries))
 
 
-def row_fns(lib: Library, batch: int, queries: int, keys: int):
+def window_mask(rows: int, queries: int, keys: int, window: int) -> torch.Tensor:
+    """[rows, keys] bool: what the last `rows` of `queries` see under a causal left window."""
+    diagonal = torch.arange(queries - rows, queries, device="cuda")[:, None] + keys - queries
+    key = torch.arange(keys, device="cuda")[None, :]
+    return (key <= diagonal) & (key >= diagonal - window)
+
+
+def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1):
     """(callables by column, plan infos, check): check() returns the library columns' max error
     against SDPA (math, fp32) on the same inputs."""
     torch.manual_seed(0)
@@ -49,7 +63,13 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int):
     fns, infos = {}, {}
 
     def runner(name, args, run):
-        fns[name], _, _, infos[name] = plan_runner(lib, args, run)
+        """A column's callable and plan info, or (a plan this build refuses) the refusal's start."""
+        try:
+            fns[name], _, _, infos[name] = plan_runner(lib, args, run)
+        except fas_ctypes.FasError as error:
+            def refused(message=str(error)):
+                raise RuntimeError(message)
+            fns[name] = refused  # median_ms_each reports the refusal in the column
 
     contiguous = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
                               num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
@@ -59,6 +79,10 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int):
     for page in (16, 64):
         runner(f"page{page}", *paged_plan(q, k, v, out, page, stream))
     runner("page16 paged family", *paged_plan(q, k, v, out, 16, stream, disable_sm90=1))
+    if window >= 0:
+        windowed, run = paged_plan(q, k, v, out, 16, stream)
+        windowed.use_window, windowed.window_size_left, windowed.window_size_right = 1, window, 0
+        runner("page16 window", windowed, run)
 
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     mask = causal_lower_right(queries, keys)
@@ -75,12 +99,17 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int):
         reference = F.scaled_dot_product_attention(qt[:, :, -rows:].float(), kt.float().repeat_interleave(group, 1),
                                                    vt.float().repeat_interleave(group, 1),
                                                    attn_mask=causal_lower_right(rows, keys)).transpose(1, 2)
+        windowed = None
+        if window >= 0:
+            windowed = F.scaled_dot_product_attention(qt[:, :, -rows:].float(), kt.float().repeat_interleave(group, 1),
+                                                      vt.float().repeat_interleave(group, 1),
+                                                      attn_mask=window_mask(rows, queries, keys, window)).transpose(1, 2)
         errors = []
         for name in infos:
             out.fill_(float("nan"))
             fns[name]()
             torch.cuda.synchronize()
-            errors.append((out[:, -rows:].float() - reference).abs().max())
+            errors.append((out[:, -rows:].float() - (windowed if name == "page16 window" else reference)).abs().max())
         return torch.stack(errors).max().item()  # NaN if any column left NaN
 
     return fns, infos, check
@@ -94,17 +123,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--window", type=int, default=-1, help="also time a causal left window of W keys")
     args = parser.parse_args()
     lib = Library(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, "
           "bottom-right causal; TFLOPS\n")
     columns = ("contiguous", "page16", "page64", "page16 paged family", "cudnn", "flash")
+    extra = f" | paged 16, window {args.window} | per score / paged 16 | plan (window)" if args.window >= 0 else ""
     print("| batch x (queries, keys) | ours contiguous | ours paged 16 | ours paged 64 | paged 16, paged family "
-          "| SDPA cuDNN | SDPA flash | paged 16 / contiguous | paged 16 / best SDPA | plan (paged 16) | max err |")
-    print("| --- " * 11 + "|")
+          f"| SDPA cuDNN | SDPA flash | paged 16 / contiguous | paged 16 / best SDPA | plan (paged 16){extra} | max err |")
+    print("| --- " * (11 + (3 if args.window >= 0 else 0)) + "|")
     for batch, queries, keys in ROWS:
-        fns, infos, check = row_fns(lib, batch, queries, keys)
+        fns, infos, check = row_fns(lib, batch, queries, keys, args.window)
         times = median_ms_each(fns, args.repeats)
         flops = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys)
         t = {name: times.get(name) for name in columns}
@@ -112,10 +143,19 @@ def main() -> None:
         sdpa = [x for x in (t["cudnn"], t["flash"]) if isinstance(x, float)]
         vs_contiguous = f"{t['contiguous'] / paged:.2f}" if isinstance(paged, float) and isinstance(t["contiguous"], float) else "n/a"
         vs_sdpa = f"{min(sdpa) / paged:.2f}x" if isinstance(paged, float) and sdpa else "n/a"
-        info = infos["page16"]
-        plan = f"{info.family_name.decode()}, {info.query_tile_rows}-row tiles, {info.num_ctas} CTAs"
+        info = infos.get("page16")
+        plan = f"{info.family_name.decode()}, {info.query_tile_rows}-row tiles, {info.num_ctas} CTAs" if info else "refused"
+        windowed = ""
+        if args.window >= 0:
+            in_window = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys, args.window)
+            w, w_info = times.get("page16 window"), infos.get("page16 window")
+            per_score = (in_window / w) / (flops / paged) if isinstance(w, float) and isinstance(paged, float) else None
+            w_plan = (f"{w_info.family_name.decode()}, {w_info.query_tile_rows}-row tiles, {w_info.num_ctas} CTAs"
+                      if w_info is not None else "refused")
+            windowed = (f" | {cell(in_window, w)} | {'n/a' if per_score is None else f'{per_score:.2f}'}"
+                        f" | {w_plan}")
         print(f"| {batch} x ({queries}, {keys}) | " + " | ".join(cell(flops, t[name]) for name in columns)
-              + f" | {vs_contiguous} | {vs_sdpa} | {plan} | {check():.1e} |", flush=True)
+              + f" | {vs_contiguous} | {vs_sdpa} | {plan}{windowed} | {check():.1e} |", flush=True)
         del fns
         torch.cuda.empty_cache()
 

@@ -70,9 +70,11 @@
  *   decode-shaped varlen plans whose queries per sequence x query heads per KV head fit its
  *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on every
  *   card, caches of q's type up to head dim 128) serves
- *   any left window, its KV splits covering only the keys inside the window; other paged plans
- *   with a window (the 64-row paged tiles, the SM90 paged kernels) fail with
- *   FAS_ERROR_NOT_BUILT. A row that sees no key (e.g. left = 0 and right = 0 with sk < sq) gets
+ *   any left window, its KV splits covering only the keys inside the window; the SM90 paged
+ *   kernels (chunked prefill over a paged cache, since 0.5) serve any left window as SM90's
+ *   varlen kernels do, each query tile's keys starting at the page that holds its first
+ *   row's first key; other paged plans with a window (the 64-row paged tiles, e.g. paged plans
+ *   on cards other than SM90) fail with FAS_ERROR_NOT_BUILT. A row that sees no key (e.g. left = 0 and right = 0 with sk < sq) gets
  *   out = 0. FP8 plans take no window yet. Softcap (fas_plan_args.softcap > 0, any mask): SM90
  *   runs it on its softcap kernels (family "sm90_softcap" in fas_get_kernel_info; `full` builds
  *   them at head dims 128 and 256, with round-up below them), FA2 on any of its kernels, the

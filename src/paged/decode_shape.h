@@ -79,7 +79,6 @@ struct StreamShape {
     static_assert(!Wide || has_wide_stream(HeadDim, KvBytes == 1), "the wide shape is e4m3's, up to head dim 128");
     static_assert(!Fine || (has_fine_stream(HeadDim, KvBytes == 1) && RowBlocks == 1 && !Wide), "the fine shape: 16-bit, one block");
     static_assert(kConsumerWarps * 16 * HeadDim * 4 <= kStageBytes, "an item's end borrows one stage");
-    static_assert(kKeySlices + 2 <= 16, "a named barrier per key slice");
     static_assert(kSmemBytes + 2 * 1024 <= 227 * 1024, "the ring, Q tiles and item slots fit with the static barriers");
 };
 

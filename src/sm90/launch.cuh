@@ -1,7 +1,7 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
-// (StandardFP8Attention, per-head descales); the 16-bit varlen kernels take a left window (FlashInfer's
-// sliding-window mask and key-tile range), the FP8 and paged ones none (paged K/V: paged_launch.cuh). What is ours: the tile
+// (StandardFP8Attention, per-head descales); the 16-bit varlen and paged kernels take a left window (FlashInfer's
+// sliding-window mask and key-tile range), the FP8 ones none (paged K/V: paged_launch.cuh). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
@@ -104,9 +104,9 @@ template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, i
           bool Paged = false, Scores S = Scores::kPlain>
 struct Assembly16 {
     static_assert(S != Scores::kSegments || (!Causal && !Paged), "packed kernels are varlen and non-causal");
-    // Varlen kernels take a left window (a plan without one passes kNoWindow): the mask costs a
-    // compare on the diagonal tiles only, and one kernel serves both.
-    static constexpr bool kWindow = !Paged && S != Scores::kSegments;
+    // Varlen and paged kernels take a left window (a plan without one passes kNoWindow): the mask
+    // costs a compare on the diagonal tiles only, and one kernel serves both.
+    static constexpr bool kWindow = S != Scores::kSegments;
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,

@@ -13,8 +13,9 @@ template <typename Input, int HeadDim, bool Causal>
 cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                   "the paged tile table (sm90/tiles.h) has head dims 64, 128 and 256");
-    // The page gather copies whole rows; these kernels take no window and no softcap.
-    if (args.head_dim != HeadDim || args.window_left >= 0 || args.softcap > 0.f) return cudaErrorInvalidValue;
+    // A left window as the varlen kernels take it (the plan starts each tile's keys at a whole page
+    // of its window: schedule.cu); no softcap.
+    if (args.head_dim != HeadDim || args.softcap > 0.f) return cudaErrorInvalidValue;
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
@@ -28,7 +29,8 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), layout(args.nnz_qo, args.num_qo_heads, args.q_row_stride),
          static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
-         /*window_left=*/-1, args.page_stride, args.page_stride, static_cast<uint32_t>(args.page_size),
+         args.window_left >= 0 ? args.window_left : kNoWindow, args.page_stride, args.page_stride,
+         static_cast<uint32_t>(args.page_size),
          SoftmaxScaleAndSinks{args.softmax_scale, args.sinks}});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }

@@ -324,12 +324,28 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
         if (pairs) with_sinks.push_back({"paged-spec-pair-sinks", 16, 2, head_dim, true, 16, {4, 3, 1}, {40, 4097, 6}});
         if (has_kernel("sm90_paged", dtype, head_dim, true)) {
             with_sinks.push_back({"paged-chunked-sinks", 64, 8, head_dim, true, 16, {20, 37}, {100, 37}});
+            // gpt-oss's windowed layers in chunked prefill: 128-key windows with sinks.
+            with_sinks.push_back({"paged-chunked-sinks-window", 64, 8, head_dim, true, 16, {40, 300}, {1000, 300},
+                                  false, 0, -1, 128});
             with_sinks.push_back({"paged-mixed-sinks", 64, 8, head_dim, true, 16, {1, 1, 1, 40}, {700, 3000, 64, 300},
                                   false, 0, -1, -1, 0.f, 3});
         }
         for (PagedCase& c : with_sinks) {
             c.sinks = true;
             cases.push_back(c);
+        }
+        // Left windows on the SM90 paged kernel (chunked prefill): each query tile's keys start at
+        // the page holding its first row's first key, so pages of 1 start exactly, pages of 16 and
+        // 256 up to a page early (masked); a window of 0 sees the diagonal key only.
+        if (has_kernel("sm90_paged", dtype, head_dim, true)) {
+            cases.push_back({"paged-chunked-window", 16, 2, head_dim, true, 16, {200, 100, 37}, {1500, 100, 700},
+                             false, 0, -1, 200});
+            cases.push_back({"paged-chunked-window-page1", 14, 2, head_dim, true, 1, {130, 9}, {300, 4097}, false, 0,
+                             -1, 50});
+            cases.push_back({"paged-chunked-window-page256", 8, 8, head_dim, true, 256, {300, 17}, {4097, 700}, false,
+                             0, -1, 300});
+            cases.push_back({"paged-chunked-window-0", 16, 2, head_dim, true, 16, {100, 20}, {600, 20}, false, 0, -1,
+                             0});
         }
         if (!quick && head_dim == 128) {
             cases.push_back({"paged-decode-long-window", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
