@@ -12,6 +12,7 @@
 
 #include "core/device_block.h"
 #include "sm90/packed_args.h"
+#include "sm90/tile_keys.h"
 #include "sm90/tiles.h"
 
 namespace fas_sm90 {
@@ -171,16 +172,11 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
         const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
         const int32_t tiles = (qo_len + rows - 1) / rows;
         const auto tile = [&](int32_t t) {
-            // Under a left window a tile's keys start at the first one its first row sees: the
-            // kernel's masks depend only on kv_len - qo_len, so the shorter range keeps them exact,
-            // and no key tile left of the window is loaded (FlashInfer's own range starts one tile
-            // early). A paged tile starts at a whole page (its kv_start counts page entries).
-            const int64_t first_seen = static_cast<int64_t>(t) * rows + kv_len(i) - qo_len - layout.window_left;
-            int32_t skip = layout.window_left < 0 ? 0 : static_cast<int32_t>(std::max<int64_t>(0, first_seen));
-            const bool paged = layout.kv_lengths != nullptr;
-            if (paged) skip -= skip % layout.page_size;
-            return TileWork{t, i, layout.cu_seqlens_q[i], kv_start[i] + (paged ? skip / layout.page_size : skip),
-                            qo_len, kv_len(i) - skip, {0, 0}};
+            // Under a left window only the keys from the tile's first row's first one (tile_keys.h;
+            // FlashInfer's own range starts one key tile early).
+            const TileKeys keys = tile_keys(t, rows, kv_start[i], kv_len(i), qo_len, layout.window_left,
+                                            layout.kv_lengths != nullptr ? layout.page_size : 0);
+            return TileWork{t, i, layout.cu_seqlens_q[i], keys.start, qo_len, keys.length, {0, 0}};
         };
         if (!layout.causal) {
             for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);
