@@ -346,6 +346,9 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                              0, -1, 300});
             cases.push_back({"paged-chunked-window-0", 16, 2, head_dim, true, 16, {100, 20}, {600, 20}, false, 0, -1,
                              0});
+            // A mixed batch under one window: the decode part on the paged family, the prefill on SM90.
+            cases.push_back({"paged-mixed-window", 16, 2, head_dim, true, 16, {1, 1, 40, 100}, {700, 3000, 300, 600},
+                             false, 0, -1, 128, 0.f, 2});
         }
         if (!quick && head_dim == 128) {
             cases.push_back({"paged-decode-long-window", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
