@@ -81,7 +81,7 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
                                "(no limit)"));
         }
     }
-    if (sm90_fp8) {
+    if (sm90_fp8 && !fas_sm90::kFp8Windows) {
         return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no window yet; set use_window to 0");
     }
     const auto clamp = [&](int width) { return width < 0 ? -1 : std::min(width, layout->max_seqlen_k); };

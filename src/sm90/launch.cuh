@@ -1,7 +1,7 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
 // (StandardFP8Attention, per-head descales); the 16-bit varlen and paged kernels take a left window (FlashInfer's
-// sliding-window mask and key-tile range), the FP8 ones none (paged K/V: paged_launch.cuh). What is ours: the tile
+// sliding-window mask and key-tile range), the FP8 ones with FAS_SM90_FP8_WINDOW (sm90/ragged_args.h). What is ours: the tile
 // shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
 // (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
 // producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
@@ -153,8 +153,8 @@ struct AssemblyFp8 {
                                         flashinfer::FP8CollectiveEpilogue<Traits>, Epilogue16<Traits>>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
-                                                                                /*LEFT_SLIDING_WINDOW=*/false, Causal,
-                                                                                SerpentineTileScheduler>);
+                                                                                /*LEFT_SLIDING_WINDOW=*/kFp8Windows,
+                                                                                Causal, SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) {
         return {args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f};
@@ -228,7 +228,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
-        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0)) ||
+        (kIsFp8<Input> && (args.head_dim != HeadDim || (args.window_left >= 0 && !kFp8Windows))) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }

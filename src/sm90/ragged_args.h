@@ -12,6 +12,15 @@
 
 namespace fas_sm90 {
 
+// FAS_SM90_FP8_WINDOW=1, a build switch (issue 35; off until measured on a GPU): the FP8 kernels
+// are compiled with FlashInfer's left-window template, as the 16-bit varlen ones are, and FP8
+// plans take a left window (the plan starts each tile at its window: sm90/tile_keys.h). Off, the
+// FP8 kernels are as before and such plans are refused. Planner and kernels read it from here.
+#ifndef FAS_SM90_FP8_WINDOW
+#define FAS_SM90_FP8_WINDOW 0
+#endif
+constexpr bool kFp8Windows = FAS_SM90_FP8_WINDOW != 0;
+
 // One query tile of the batch layout as the kernel reads it (two 16-byte loads).
 struct alignas(16) TileWork {
     int32_t q_tile;     // index of the tile within its sequence; -1 for an empty slot
