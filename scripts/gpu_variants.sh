@@ -10,6 +10,8 @@
 #                  variant whose pipeline protocol slips hangs, and the cap keeps the other results
 #   SANITIZER=TOOL compute-sanitizer's tool for the non-first variants (default memcheck;
 #                  racecheck for a switch that changes how warps hand shared memory over)
+#   SANITIZER_ARGS more compute-sanitizer options, e.g. '--kernel-name kns=stream_kernel': racecheck
+#                  of only the decode kernels took the paged group 183 s instead of over 280
 #   BENCH=SCRIPT   instead of bench_pair.py: a bench script that times one library
 #                  (bench/bench_fp8_kv.py, bench/bench_decode.py), run on every variant in
 #                  turn, two passes, with BENCH_ARGS (the second pass is the one to read)
@@ -72,7 +74,8 @@ check() {  # LOG COMMAND...: the command under the cap, its exit status as the l
 for v in "${variants[@]}"; do
   name=${v%%=*}
   check "$out/test-$name.log" "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
-  [[ $name == "$first" ]] || check "$out/$tool-$name.log" compute-sanitizer --tool "$tool" \
+  # shellcheck disable=SC2086  # SANITIZER_ARGS holds several options
+  [[ $name == "$first" ]] || check "$out/$tool-$name.log" compute-sanitizer --tool "$tool" ${SANITIZER_ARGS:-} \
     "$out/$name/bin/test_varlen_inference" --dtype bf16 --quick --only "$group" &
 done
 wait
