@@ -96,14 +96,14 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1)
         """Max error of every library column on the last (up to) 256 query rows (their fp32
         reference stays within 1 GB)."""
         group, rows = HEADS_Q // HEADS_KV, min(queries, 256)
-        reference = F.scaled_dot_product_attention(qt[:, :, -rows:].float(), kt.float().repeat_interleave(group, 1),
-                                                   vt.float().repeat_interleave(group, 1),
-                                                   attn_mask=causal_lower_right(rows, keys)).transpose(1, 2)
-        windowed = None
-        if window >= 0:
-            windowed = F.scaled_dot_product_attention(qt[:, :, -rows:].float(), kt.float().repeat_interleave(group, 1),
-                                                      vt.float().repeat_interleave(group, 1),
-                                                      attn_mask=window_mask(rows, queries, keys, window)).transpose(1, 2)
+        q_rows = qt[:, :, -rows:].float()
+        k_all, v_all = kt.float().repeat_interleave(group, 1), vt.float().repeat_interleave(group, 1)
+
+        def exact(mask):
+            return F.scaled_dot_product_attention(q_rows, k_all, v_all, attn_mask=mask).transpose(1, 2)
+
+        reference = exact(causal_lower_right(rows, keys))
+        windowed = exact(window_mask(rows, queries, keys, window)) if window >= 0 else None
         errors = []
         for name in infos:
             out.fill_(float("nan"))
@@ -113,6 +113,11 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1)
         return torch.stack(errors).max().item()  # NaN if any column left NaN
 
     return fns, infos, check
+
+
+def plan_text(info) -> str:
+    """A plan's family, tile rows and CTAs (or that the build refused it)."""
+    return f"{info.family_name.decode()}, {info.query_tile_rows}-row tiles, {info.num_ctas} CTAs" if info else "refused"
 
 
 def cell(flops: float, value) -> str:
@@ -143,17 +148,14 @@ def main() -> None:
         sdpa = [x for x in (t["cudnn"], t["flash"]) if isinstance(x, float)]
         vs_contiguous = f"{t['contiguous'] / paged:.2f}" if isinstance(paged, float) and isinstance(t["contiguous"], float) else "n/a"
         vs_sdpa = f"{min(sdpa) / paged:.2f}x" if isinstance(paged, float) and sdpa else "n/a"
-        info = infos.get("page16")
-        plan = f"{info.family_name.decode()}, {info.query_tile_rows}-row tiles, {info.num_ctas} CTAs" if info else "refused"
+        plan = plan_text(infos.get("page16"))
         windowed = ""
         if args.window >= 0:
             in_window = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys, args.window)
-            w, w_info = times.get("page16 window"), infos.get("page16 window")
+            w = times.get("page16 window")
             per_score = (in_window / w) / (flops / paged) if isinstance(w, float) and isinstance(paged, float) else None
-            w_plan = (f"{w_info.family_name.decode()}, {w_info.query_tile_rows}-row tiles, {w_info.num_ctas} CTAs"
-                      if w_info is not None else "refused")
             windowed = (f" | {cell(in_window, w)} | {'n/a' if per_score is None else f'{per_score:.2f}'}"
-                        f" | {w_plan}")
+                        f" | {plan_text(infos.get('page16 window'))}")
         print(f"| {batch} x ({queries}, {keys}) | " + " | ".join(cell(flops, t[name]) for name in columns)
               + f" | {vs_contiguous} | {vs_sdpa} | {plan}{windowed} | {check():.1e} |", flush=True)
         del fns

@@ -9,7 +9,8 @@ cache the start is the page holding that key (counted in page entries), at most 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
+
+import pytest
 
 from host_program import run_program
 
@@ -35,10 +36,12 @@ int main() {
 """
 
 
-def tiles(tmp_path: Path) -> list[tuple[int, ...]]:
+@pytest.fixture(scope="module")
+def tiles(tmp_path_factory) -> list[tuple[int, ...]]:
+    """Every tile of the grid: (rows, qo, kv, window, page, t, start, length); one compile per module."""
     grid = list(itertools.product(ROWS, SHAPES, WINDOWS, PAGES))
     rows = ", ".join(f"{{{r}, {qo}, {kv}, {w}, {p}}}" for r, (qo, kv), w, p in grid)
-    out = run_program(tmp_path, PROGRAM % (rows, KV_START))
+    out = run_program(tmp_path_factory.mktemp("tile_keys"), PROGRAM % (rows, KV_START))
     return [tuple(map(int, line.split())) for line in out.split("\n") if line]
 
 
@@ -47,14 +50,14 @@ def first_key(row: int, qo: int, kv: int, window: int) -> int:
     return 0 if window < 0 else max(0, row + kv - qo - window)
 
 
-def test_every_tile_of_every_layout_is_listed(tmp_path):
-    listed = tiles(tmp_path)
+def test_every_tile_of_every_layout_is_listed(tiles):
+    listed = tiles
     expected = sum(-(-qo // r) for r, (qo, _), _, _ in itertools.product(ROWS, SHAPES, WINDOWS, PAGES))
     assert len(listed) == expected
 
 
-def test_a_tile_starts_at_its_first_rows_first_key_or_the_page_holding_it(tmp_path):
-    for rows, qo, kv, window, page, t, start, length in tiles(tmp_path):
+def test_a_tile_starts_at_its_first_rows_first_key_or_the_page_holding_it(tiles):
+    for rows, qo, kv, window, page, t, start, length in tiles:
         case = (rows, qo, kv, window, page, t)
         wanted = first_key(t * rows, qo, kv, window)
         skipped = (start - KV_START) * (page if page else 1)
@@ -65,14 +68,14 @@ def test_a_tile_starts_at_its_first_rows_first_key_or_the_page_holding_it(tmp_pa
         assert length == kv - skipped, case  # every key to the sequence's end
 
 
-def test_no_row_of_a_tile_sees_a_key_before_its_start(tmp_path):
-    for rows, qo, kv, window, page, t, start, _ in tiles(tmp_path):
+def test_no_row_of_a_tile_sees_a_key_before_its_start(tiles):
+    for rows, qo, kv, window, page, t, start, _ in tiles:
         skipped = (start - KV_START) * (page if page else 1)
         for row in range(t * rows, min(qo, (t + 1) * rows)):
             assert first_key(row, qo, kv, window) >= skipped, (rows, qo, kv, window, page, t, row)
 
 
-def test_without_a_window_every_tile_loads_every_key(tmp_path):
-    for rows, qo, kv, window, page, t, start, length in tiles(tmp_path):
+def test_without_a_window_every_tile_loads_every_key(tiles):
+    for rows, qo, kv, window, page, t, start, length in tiles:
         if window < 0:
             assert (start, length) == (KV_START, kv), (rows, qo, kv, page, t)

@@ -13,8 +13,8 @@ template <typename Input, int HeadDim, bool Causal>
 cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                   "the paged tile table (sm90/tiles.h) has head dims 64, 128 and 256");
-    // A left window as the varlen kernels take it (the plan starts each tile's keys at a whole page
-    // of its window: schedule.cu); no softcap.
+    // A left window as the varlen kernels take it (the plan starts each tile's keys at the page
+    // holding its window's first key: sm90/tile_keys.h); no softcap.
     if (args.head_dim != HeadDim || args.softcap > 0.f) return cudaErrorInvalidValue;
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,

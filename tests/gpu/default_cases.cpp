@@ -249,23 +249,21 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             }
             // FP8 left windows (FAS_SM90_FP8_WINDOW builds): widths 0, 64 and 300 over one to four
             // key tiles and a long sequence, right 0 on the causal kernel and -1 on the other.
-            if (fp8 && !fp8_windows_served(dtype, info.head_dim, info.causal != 0)) {
+            const bool fp8_windows = fp8 && fp8_windows_served(dtype, info.head_dim, info.causal != 0);
+            if (fp8 && !fp8_windows) {
                 std::printf("[SKIP] kernel-sm90-fp8-window e4m3->%s hdim=%d causal=%d: %s\n", dtype_name(dtype),
                             info.head_dim, info.causal, fas_get_last_error());
                 ++tally->skipped;
-            } else if (fp8) {
-                for (const int left : {0, 64, 300}) {
-                    AttentionCase window = varlen_case("kernel-sm90-fp8-window-" + std::to_string(left), dtype, 16, 2,
-                                                       info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000});
-                    window.use_plan = true;
-                    window.plan_runs = 2;
-                    window.expect_family = FAS_FAMILY_SM90;
-                    window.fp8 = true;
-                    window.use_window = true;
-                    window.window_left = left;
-                    window.window_right = info.causal ? 0 : -1;
-                    cases.push_back(window);
-                }
+            }
+            for (const int left : fp8_windows ? std::vector<int>{0, 64, 300} : std::vector<int>{}) {
+                AttentionCase window = plan_case("kernel-sm90-fp8-window-" + std::to_string(left), dtype, 16, 2,
+                                                 info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
+                                                 FAS_FAMILY_SM90);
+                window.fp8 = true;
+                window.use_window = true;
+                window.window_left = left;
+                window.window_right = info.causal ? 0 : -1;
+                cases.push_back(window);
             }
             if (!fp8) {
                 // fas_fwd's batch-layout prefill requests run on this kernel too, through a plan
