@@ -14,7 +14,9 @@ common.median_ms_each (rounds in shuffled order, median of samples).
 
 `--window W` adds a causal left window of W keys on pages of 16 (the SM90 paged kernel where
 built): its TFLOPS over the pairs inside the window, and that speed per in-window score against
-the same plan without the window (issue 35's bar for windows: >= 0.95).
+the same plan without the window (issue 35's bar for windows: >= 0.95). `--softcap C` adds a
+logits softcap of C on pages of 16 (Gemma 2: 50; the SM90 paged softcap kernel where built): its
+TFLOPS and its speed against the same plan without it (issue 35's bar for softcap: >= 0.95).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def window_mask(rows: int, queries: int, keys: int, window: int) -> torch.Tensor
     return (key <= diagonal) & (key >= diagonal - window)
 
 
-def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1):
+def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1, softcap: float = 0.0):
     """(callables by column, plan infos, check): check() returns the library columns' max error
     against SDPA (math, fp32) on the same inputs."""
     torch.manual_seed(0)
@@ -83,6 +85,10 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1)
         windowed, run = paged_plan(q, k, v, out, 16, stream)
         windowed.use_window, windowed.window_size_left, windowed.window_size_right = 1, window, 0
         runner("page16 window", windowed, run)
+    if softcap > 0:
+        capped, run = paged_plan(q, k, v, out, 16, stream)
+        capped.softcap = softcap
+        runner("page16 softcap", capped, run)
 
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     mask = causal_lower_right(queries, keys)
@@ -102,14 +108,22 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1)
         def exact(mask):
             return F.scaled_dot_product_attention(q_rows, k_all, v_all, attn_mask=mask).transpose(1, 2)
 
+        def exact_capped():
+            scores = q_rows @ k_all.transpose(-1, -2) / HEAD_DIM ** 0.5
+            scores = (softcap * torch.tanh(scores / softcap)).masked_fill(~window_mask(rows, queries, keys, keys),
+                                                                          float("-inf"))
+            return (scores.softmax(-1) @ v_all).transpose(1, 2)
+
+        references = {"page16 window": exact(window_mask(rows, queries, keys, window)) if window >= 0 else None,
+                      "page16 softcap": exact_capped() if softcap > 0 else None}
         reference = exact(causal_lower_right(rows, keys))
-        windowed = exact(window_mask(rows, queries, keys, window)) if window >= 0 else None
         errors = []
         for name in infos:
             out.fill_(float("nan"))
             fns[name]()
             torch.cuda.synchronize()
-            errors.append((out[:, -rows:].float() - (windowed if name == "page16 window" else reference)).abs().max())
+            expected = references.get(name)
+            errors.append((out[:, -rows:].float() - (reference if expected is None else expected)).abs().max())
         return torch.stack(errors).max().item()  # NaN if any column left NaN
 
     return fns, infos, check
@@ -129,6 +143,7 @@ def main() -> None:
     parser.add_argument("--artifact", required=True, help="exported artifact folder (lib/, include/)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--window", type=int, default=-1, help="also time a causal left window of W keys")
+    parser.add_argument("--softcap", type=float, default=0.0, help="also time a logits softcap of C")
     args = parser.parse_args()
     lib = Library(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
@@ -136,11 +151,12 @@ def main() -> None:
           "bottom-right causal; TFLOPS\n")
     columns = ("contiguous", "page16", "page64", "page16 paged family", "cudnn", "flash")
     extra = f" | paged 16, window {args.window} | per score / paged 16 | plan (window)" if args.window >= 0 else ""
+    extra += f" | paged 16, softcap {args.softcap:g} | softcap / paged 16 | plan (softcap)" if args.softcap > 0 else ""
     print("| batch x (queries, keys) | ours contiguous | ours paged 16 | ours paged 64 | paged 16, paged family "
           f"| SDPA cuDNN | SDPA flash | paged 16 / contiguous | paged 16 / best SDPA | plan (paged 16){extra} | max err |")
-    print("| --- " * (11 + (3 if args.window >= 0 else 0)) + "|")
+    print("| --- " * (11 + (3 if args.window >= 0 else 0) + (3 if args.softcap > 0 else 0)) + "|")
     for batch, queries, keys in ROWS:
-        fns, infos, check = row_fns(lib, batch, queries, keys, args.window)
+        fns, infos, check = row_fns(lib, batch, queries, keys, args.window, args.softcap)
         times = median_ms_each(fns, args.repeats)
         flops = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys)
         t = {name: times.get(name) for name in columns}
@@ -156,6 +172,10 @@ def main() -> None:
             per_score = (in_window / w) / (flops / paged) if isinstance(w, float) and isinstance(paged, float) else None
             windowed = (f" | {cell(in_window, w)} | {'n/a' if per_score is None else f'{per_score:.2f}'}"
                         f" | {plan_text(infos.get('page16 window'))}")
+        if args.softcap > 0:
+            c = times.get("page16 softcap")
+            vs_plain = f"{paged / c:.2f}" if isinstance(c, float) and isinstance(paged, float) else "n/a"
+            windowed += f" | {cell(flops, c)} | {vs_plain} | {plan_text(infos.get('page16 softcap'))}"
         print(f"| {batch} x ({queries}, {keys}) | " + " | ".join(cell(flops, t[name]) for name in columns)
               + f" | {vs_contiguous} | {vs_sdpa} | {plan}{windowed} | {check():.1e} |", flush=True)
         del fns

@@ -173,15 +173,26 @@ def sm90_softcap_symbol(tu) -> str:
 
 
 def _sm90_16bit_template_args(tu) -> str:
-    """<Dtype, HeadDim, Causal> of fas_sm90::launch_paged_ragged and launch_ragged_softcap (fas_dtype value;
-    16-bit only)."""
+    """<Dtype, HeadDim, Causal> of fas_sm90's 16-bit launchers (launch_paged_ragged, launch_ragged_softcap, ...;
+    fas_dtype value)."""
     return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
+
+
+def _run_paged(tu, scores: str = "") -> str:
+    """The run_paged<...> call of an SM90 paged TU (sm90/paged_launch.cuh); scores: a Scores value
+    other than kPlain."""
+    flag = f", Scores::{scores}" if scores else ""
+    return f"run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}{flag}>"
 
 
 def render_sm90_paged(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 prefill over a paged KV cache (cp.async page gather): {tu.dtype}",
-                        "sm90/paged_launch.cuh",
-                        f"run_paged<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
+                        "sm90/paged_launch.cuh", _run_paged(tu))
+
+
+def render_sm90_paged_softcap(tu) -> str:
+    return _sm90_source(tu, f"FlashInfer SM90 prefill over a paged KV cache with a logits softcap: {tu.dtype}",
+                        "sm90/paged_launch.cuh", _run_paged(tu, "kSoftcap"))
 
 
 def render_sm90_packed(tu) -> str:
@@ -195,6 +206,10 @@ def sm90_packed_symbol(tu) -> str:
 
 def sm90_paged_symbol(tu) -> str:
     return f"fas_sm90::launch_paged_ragged<{_sm90_16bit_template_args(tu)}>"
+
+
+def sm90_paged_softcap_symbol(tu) -> str:
+    return f"fas_sm90::launch_paged_ragged_softcap<{_sm90_16bit_template_args(tu)}>"
 
 
 def sm90_16bit_args(tu) -> tuple[str, ...]:

@@ -207,7 +207,6 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     if (layout.window_right > 0) {
         return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
     }
-    if (kv.paged && layout.softcap > 0.f) return "the SM90 paged kernels take no softcap yet";
     const bool softcap = layout.softcap > 0.f;
     if (softcap && layout.sinks) return "the SM90 softcap kernels take no sinks yet";
     if (kv.paged && layout.max_seqlen_q <= kMaxDecodeQueries) {

@@ -271,7 +271,8 @@ typedef struct fas_kernel_info {
                          * logits softcap; since 0.3), "sm90_packed" (short sequences sharing query
                          * tiles: PACKED PLANS; causal 0, serves causal plans too; since 0.3),
                          * "sm90_paged" (over a paged KV cache: chunked
-                         * prefill, exact head dim; since 0.2) or "paged" (plans only, exact head
+                         * prefill, exact head dim; since 0.2), "sm90_paged_softcap" (the same with
+                         * a logits softcap; since 0.5) or "paged" (plans only, exact head
                          * dim, 9.0; split_kv = 1; listed once per query tile size) or
                          * "paged_e4m3kv" (the same over an FP8 e4m3 KV cache: dtype is q's, or
                          * out's under e4m3 q; since 0.4); static string */

@@ -78,8 +78,10 @@
  *   left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans take no window yet. Softcap
  *   (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
  *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
- *   round-up below them), FA2 on any of its kernels, the paged family on its decode kernel (as
- *   windows); the 64-row paged tiles, the SM90 paged kernels and FP8 plans take none yet. The LSE is that of the capped scores.
+ *   round-up below them; chunked prefill over a paged cache on "sm90_paged_softcap", since 0.5,
+ *   at the exact head dims built, 128 and 256 in `full`), FA2 on any of its kernels, the paged
+ *   family on its decode kernel (as windows); the 64-row paged tiles and FP8 plans take none
+ *   yet. The LSE is that of the capped scores.
  *
  *   SINKS (since 0.5; fas_plan_args.use_sinks, gpt-oss's attention sinks): a learned logit s_h
  *   per query head joins every row's softmax as one more score that has no value. With x_j the

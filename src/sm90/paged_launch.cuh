@@ -1,7 +1,8 @@
 // The SM90 prefill kernel over a paged KV cache (chunked prefill): launch.cuh's 16-bit assembly
 // with FlashInfer's sparse mainloop. Q, the consumers, our epilogue, shared-memory layout and
 // scheduler are those of the varlen kernels. Included only by the build-generated kernel TUs,
-// each of which defines one launch_paged_ragged<Dtype, HeadDim, Causal> specialization.
+// each of which defines one launch_paged_ragged<Dtype, HeadDim, Causal> or
+// launch_paged_ragged_softcap<Dtype, HeadDim, Causal> specialization.
 #ifndef FAS_SM90_PAGED_LAUNCH_CUH
 #define FAS_SM90_PAGED_LAUNCH_CUH
 
@@ -9,17 +10,22 @@
 
 namespace fas_sm90 {
 
-template <typename Input, int HeadDim, bool Causal>
+// S: kPlain (sinks allowed) or kSoftcap (a tanh per score, no sinks), as the varlen kernels.
+template <typename Input, int HeadDim, bool Causal, Scores S = Scores::kPlain>
 cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim == 64 || HeadDim == 128 || HeadDim == 256,
                   "the paged tile table (sm90/tiles.h) has head dims 64, 128 and 256");
+    static_assert(S != Scores::kSegments, "packed plans are varlen");
     // A left window as the varlen kernels take it (the plan starts each tile's keys at the page
-    // holding its window's first key: sm90/tile_keys.h); no softcap.
-    if (args.head_dim != HeadDim || args.softcap > 0.f) return cudaErrorInvalidValue;
+    // holding its window's first key: sm90/tile_keys.h).
+    if (args.head_dim != HeadDim || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
+        (args.sinks != nullptr && S == Scores::kSoftcap)) {
+        return cudaErrorInvalidValue;
+    }
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
-    using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true>;
+    using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true, S>;
     using Mainloop = typename Assembly::Mainloop;
     const auto layout = [](int64_t rows, int heads, int64_t row_stride) {
         return gmem_layout(rows, heads, HeadDim, row_stride);
@@ -30,8 +36,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
          static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
          args.window_left >= 0 ? args.window_left : kNoWindow, args.page_stride, args.page_stride,
-         static_cast<uint32_t>(args.page_size),
-         SoftmaxScaleAndSinks{args.softmax_scale, args.sinks}});
+         static_cast<uint32_t>(args.page_size), Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }
 

@@ -59,7 +59,8 @@ struct RaggedArgs {
     // Keys left of a query's diagonal key that it sees (FlashAttention's window_size_left), -1 =
     // all. fp16/bf16 varlen kernels only; the right side is the kernel's causal flag.
     int window_left;
-    // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap kernels only).
+    // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap and
+    // launch_paged_ragged_softcap kernels only).
     float softcap;
     // FP8 kernels only: optional device fp32 arrays, per query head (q) and per KV head (k, v);
     // a stored value times its descale is the real value. NULL = 1.
@@ -106,6 +107,10 @@ cudaError_t launch_paged_ragged(const RaggedArgs& args, cudaStream_t stream);
 // 16-bit varlen with a logits softcap (args.softcap > 0).
 template <int Dtype, int HeadDim, bool Causal>
 cudaError_t launch_ragged_softcap(const RaggedArgs& args, cudaStream_t stream);
+
+// 16-bit over a paged KV cache with a logits softcap (chunked prefill of Gemma 2's layers).
+template <int Dtype, int HeadDim, bool Causal>
+cudaError_t launch_paged_ragged_softcap(const RaggedArgs& args, cudaStream_t stream);
 
 using RaggedLaunchFn = cudaError_t (*)(const RaggedArgs&, cudaStream_t);
 

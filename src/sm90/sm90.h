@@ -26,7 +26,7 @@ struct Kernel {
     int head_dim;
     bool causal;
     bool paged;    // reads a paged KV cache (launch_paged_ragged)
-    bool softcap;  // caps scores (launch_ragged_softcap); the others take softcap 0 only
+    bool softcap;  // caps scores (launch_ragged_softcap, launch_paged_ragged_softcap); the others take softcap 0 only
     bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
                    // built non-causal, it serves causal and windowed packed plans through its row table
     const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)

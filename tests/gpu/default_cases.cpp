@@ -173,7 +173,8 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         if (fas_get_kernel_info(index, &info) != FAS_SUCCESS || info.out_dtype != dtype) continue;
         const std::string config = std::string("kernel-") + (info.split_kv ? "splitkv" : "plain");
         const bool fp8 = info.dtype == FAS_DTYPE_E4M3;
-        if (std::strcmp(info.family, "sm90_paged") == 0) continue;  // chunked prefill over pages: paged.cpp
+        // Chunked prefill over pages, with or without a softcap: paged.cpp.
+        if (std::strcmp(info.family, "sm90_paged") == 0 || std::strcmp(info.family, "sm90_paged_softcap") == 0) continue;
         if (std::strcmp(info.family, "sm90_softcap") == 0) continue;  // the softcap cases above
         if (std::strcmp(info.family, "sm90_packed") == 0) continue;   // packed.cpp
         if (std::strcmp(info.family, "paged") == 0) {

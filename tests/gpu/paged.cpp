@@ -129,9 +129,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     // query head per tile row, no split; otherwise the paged family packs the group into rows.
     // Mixed plans: the decode part on the paged family (its packing), the prefill part as above.
     const bool mixed = c.expect_decode_sequences > 0;
+    const char* sm90_paged = c.softcap > 0.f ? "sm90_paged_softcap" : "sm90_paged";
     const bool sm90 = c.expect_family >= 0 ? c.expect_family == FAS_FAMILY_SM90
-                                           : max_q > 8 && !c.fp8_kv &&
-                                                 has_kernel("sm90_paged", dtype, c.head_dim, c.causal);
+                                           : max_q > 8 && !c.fp8_kv && has_kernel(sm90_paged, dtype, c.head_dim, c.causal);
     const int packed = sm90 && !mixed ? 1 : c.heads_q / c.heads_kv;
     const int family = mixed ? FAS_FAMILY_MIXED : sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED;
     if (info.family != family || info.total_pages != total_pages || info.packed_gqa != packed ||
@@ -349,6 +349,16 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
             // A mixed batch under one window: the decode part on the paged family, the prefill on SM90.
             cases.push_back({"paged-mixed-window", 16, 2, head_dim, true, 16, {1, 1, 40, 100}, {700, 3000, 300, 600},
                              false, 0, -1, 128, 0.f, 2});
+        }
+        // Gemma 2's chunked prefill (softcap 50; a 4096-key window on every other layer, here 300)
+        // on the SM90 paged softcap kernel; mixed with decodes, which the decode kernel caps.
+        if (has_kernel("sm90_paged_softcap", dtype, head_dim, true)) {
+            cases.push_back({"paged-chunked-softcap", 16, 8, head_dim, true, 16, {200, 100, 37}, {1500, 100, 700},
+                             false, 0, -1, -1, 50.f});
+            cases.push_back({"paged-chunked-softcap-window", 16, 8, head_dim, true, 16, {300, 17}, {4097, 700}, false,
+                             0, -1, 300, 50.f});
+            cases.push_back({"paged-mixed-softcap", 16, 8, head_dim, true, 16, {1, 1, 40, 100}, {700, 3000, 300, 600},
+                             false, 0, -1, -1, 50.f, 2});
         }
         if (!quick && head_dim == 128) {
             cases.push_back({"paged-decode-long-window", 16, 2, head_dim, true, 16, std::vector<int>(40, 1),
