@@ -163,6 +163,20 @@ def sm90_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged<{_sm90_template_args(tu)}>"
 
 
+def render_sm90_fp8_window(tu) -> str:
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill, FP8 {tu.input_dtype} in, {tu.dtype} out, with a left window",
+                        "sm90/launch.cuh",
+                        f"run_ragged_fp8_window<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
+
+
+def sm90_fp8_window_symbol(tu) -> str:
+    return f"fas_sm90::launch_ragged_fp8_window<{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
+
+
+def sm90_fp8_window_args(tu) -> tuple[str, ...]:
+    return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
+
+
 def render_sm90_softcap(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 ragged prefill with a logits softcap: {tu.dtype}", "sm90/launch.cuh",
                         _run_ragged(tu, "kSoftcap"), _varlen_16bit_extended_gmma(tu))
@@ -284,6 +298,7 @@ def paged_args(kernel: PagedKernel, tu) -> tuple[str, ...]:
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
 SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
+SM90_FP8_WINDOW_PARAMS = ("OutEnum", "HeadDim", "IsCausal")  # q/k/v e4m3
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # The registry declarations (Family.declaration) of each launch template.
 # Our FA2 launchers (src/fa2/fwd_launch.cuh, split_launch.cuh), one instantiation per TU.
@@ -294,6 +309,9 @@ FA2_DECLARATION, FA2_SPLIT_DECLARATION = (
     for name in ("run_fwd", "run_split"))
 SM90_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged<{InEnum}, {OutEnum}, {HeadDim}, "
                     "{IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
+
+SM90_FP8_WINDOW_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged_fp8_window<{OutEnum}, "
+                               "{HeadDim}, {IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
 
 
 def sm90_16bit_declaration(template: str) -> str:

@@ -81,9 +81,6 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
                                "(no limit)"));
         }
     }
-    if (sm90_fp8 && !fas_sm90::kFp8Windows) {
-        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no window yet; set use_window to 0");
-    }
     const auto clamp = [&](int width) { return width < 0 ? -1 : std::min(width, layout->max_seqlen_k); };
     layout->window_left = clamp(args.window_size_left);
     layout->window_right = layout->causal ? 0 : clamp(args.window_size_right);
@@ -227,11 +224,13 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
             }
         }
     }
+    // FP8 plans with a left window run on FP8 kernels of their own (family sm90_fp8_window).
+    const bool fp8_window = layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0;
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                          layout.causal, device, kv.paged, softcap);
+                                                          layout.causal, device, kv.paged, softcap, fp8_window);
     if (!why.empty()) return why;
-    const fas_sm90::Kernel* found =
-        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kv.paged, softcap);
+    const fas_sm90::Kernel* found = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim,
+                                                          layout.causal, kv.paged, softcap, false, fp8_window);
     schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work
     if (kv.paged) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);

@@ -75,7 +75,9 @@
  *   varlen kernels do, each query tile's keys starting at the page that holds its first
  *   row's first key; other paged plans with a window (the 64-row paged tiles, e.g. paged plans
  *   on cards other than SM90) fail with FAS_ERROR_NOT_BUILT. A row that sees no key (e.g.
- *   left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans take no window yet. Softcap
+ *   left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans over contiguous K and V take a
+ *   left window (right 0 or -1) on FP8 kernels of their own (family "sm90_fp8_window", since 0.5;
+ *   `full` builds them causal at head dims 128 and 256; elsewhere FAS_ERROR_NOT_BUILT). Softcap
  *   (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
  *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
  *   round-up below them; chunked prefill over a paged cache on "sm90_paged_softcap", since 0.5,

@@ -48,10 +48,9 @@ struct Fp8PrefetchMainloop : flashinfer::FP8CollectiveMainloop<Additional, Trait
                              typename Scheduler::WorkTileInfo& work_tile_info, BlockCoord const& block_coord,
                              int work_idx) {
         using namespace cute;
-        // A left window (FAS_SM90_FP8_WINDOW) needs nothing here: the plan starts each tile's keys at
-        // its first row's first one (sm90/tile_keys.h), so FlashInfer's first windowed key tile
-        // is tile 0 and every tile of the range is loaded, as without one.
-        static_assert(!LeftSlidingWindow || kFp8Windows, "FP8 windowed kernels only with FAS_SM90_FP8_WINDOW");
+        // A left window (launch_ragged_fp8_window) needs nothing here: the plan starts each tile's
+        // keys at its first row's first one (sm90/tile_keys.h), so FlashInfer's first windowed key
+        // tile is tile 0 and every tile of the range is loaded, as without one.
 
         auto [q_tile, qo_head, kv_head, qo_offset, kv_offset, qo_len, kv_len, batch] = block_coord;
 

@@ -1,14 +1,16 @@
 // Heavy half of the SM90 (FA3-class) ragged prefill family: our launcher for FlashInfer's Hopper
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
-// (StandardFP8Attention, per-head descales); the 16-bit varlen and paged kernels take a left window (FlashInfer's
-// sliding-window mask and key-tile range), the FP8 ones with FAS_SM90_FP8_WINDOW (sm90/ragged_args.h). What is ours: the tile
-// shapes (sm90/tiles.h), the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues
-// (sm90/ordered_epilogue.cuh; the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout (sm90/shared_storage.cuh), the FP8
-// producer (sm90/fp8_producer.cuh) and the arguments; the kernels and the other collectives
-// are the pinned upstream's. Included only by the
+// (StandardFP8Attention, per-head descales); the 16-bit varlen and paged kernels take a left
+// window (FlashInfer's sliding-window mask and key-tile range), FP8 plans with one run on FP8
+// kernels of their own (launch_ragged_fp8_window). What is ours: the tile shapes (sm90/tiles.h),
+// the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues (sm90/ordered_epilogue.cuh;
+// the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout
+// (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh) and the arguments; the
+// kernels and the other collectives are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
-// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or
-// launch_ragged_packed<Dtype, HeadDim, false> specialization.
+// launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_fp8_window<OutputDtype,
+// HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or launch_ragged_packed<Dtype,
+// HeadDim, false> specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
@@ -136,7 +138,8 @@ struct Assembly16 {
     }
 };
 
-template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages>
+// Window: compiled with FlashInfer's left-window template (launch_ragged_fp8_window's kernels).
+template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages, bool Window = false>
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = Fp8Descales;
@@ -153,7 +156,7 @@ struct AssemblyFp8 {
                                         flashinfer::FP8CollectiveEpilogue<Traits>, Epilogue16<Traits>>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
-                                                                                /*LEFT_SLIDING_WINDOW=*/kFp8Windows,
+                                                                                /*LEFT_SLIDING_WINDOW=*/Window,
                                                                                 Causal, SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) {
@@ -211,6 +214,22 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
                             dim3(Kernel::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
 }
 
+// A varlen assembly's launch over contiguous K and V (the checks are its caller's).
+template <typename Assembly, typename Input, typename Output>
+cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
+    using Mainloop = typename Assembly::Mainloop;
+    // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
+    const int64_t nnz_qo = args.nnz_qo;
+    const int64_t nnz_kv = args.nnz_kv;
+    const int d = args.head_dim;
+    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
+        {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
+         static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
+         static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
+         args.window_left >= 0 ? args.window_left : kNoWindow, Assembly::additional(args)});
+    return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
+}
+
 // Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
@@ -228,25 +247,25 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
-        (kIsFp8<Input> && (args.head_dim != HeadDim || (args.window_left >= 0 && !kFp8Windows))) ||
+        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
     using Assembly =
         std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
                            Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, S>>;
-    using Mainloop = typename Assembly::Mainloop;
+    return launch_varlen<Assembly, Input, Output>(args, stream);
+}
 
-    // Heads are contiguous in a row: head stride head_dim, row stride from the caller.
-    const int64_t nnz_qo = args.nnz_qo;
-    const int64_t nnz_kv = args.nnz_kv;
-    const int d = args.head_dim;
-    const typename Mainloop::Params mainloop = Mainloop::to_underlying_arguments(
-        {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
-         static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
-         static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
-         args.window_left >= 0 ? args.window_left : kNoWindow, Assembly::additional(args)});
-    return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
+// FP8 plans with a left window, on the FP8 assembly with FlashInfer's left-window template.
+template <typename Output, int HeadDim, bool Causal>
+cudaError_t run_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream) {
+    constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
+    if (args.head_dim != HeadDim || args.window_left < 0 || args.softcap > 0.f || args.sinks != nullptr) {
+        return cudaErrorInvalidValue;
+    }
+    using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true>;
+    return launch_varlen<Assembly, cutlass::float_e4m3_t, Output>(args, stream);
 }
 
 }  // namespace fas_sm90

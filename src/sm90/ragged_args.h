@@ -12,15 +12,6 @@
 
 namespace fas_sm90 {
 
-// FAS_SM90_FP8_WINDOW=1, a build switch (issue 35; off until measured on a GPU): the FP8 kernels
-// are compiled with FlashInfer's left-window template, as the 16-bit varlen ones are, and FP8
-// plans take a left window (the plan starts each tile at its window: sm90/tile_keys.h). Off, the
-// FP8 kernels are as before and such plans are refused. Planner and kernels read it from here.
-#ifndef FAS_SM90_FP8_WINDOW
-#define FAS_SM90_FP8_WINDOW 0
-#endif
-constexpr bool kFp8Windows = FAS_SM90_FP8_WINDOW != 0;
-
 // One query tile of the batch layout as the kernel reads it (two 16-byte loads).
 struct alignas(16) TileWork {
     int32_t q_tile;     // index of the tile within its sequence; -1 for an empty slot
@@ -57,7 +48,8 @@ struct RaggedArgs {
     int head_dim;
     float softmax_scale;
     // Keys left of a query's diagonal key that it sees (FlashAttention's window_size_left), -1 =
-    // all. fp16/bf16 varlen kernels only; the right side is the kernel's causal flag.
+    // all. fp16/bf16 varlen and paged kernels, and FP8 ones of launch_ragged_fp8_window (>= 0
+    // there, -1 on the other FP8 kernels); the right side is the kernel's causal flag.
     int window_left;
     // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap and
     // launch_paged_ragged_softcap kernels only).
@@ -103,6 +95,12 @@ cudaError_t launch_ragged(const RaggedArgs& args, cudaStream_t stream);
 // The same over a paged KV cache: 16-bit q/k/v/out (Dtype: fas_dtype 0 or 1).
 template <int Dtype, int HeadDim, bool Causal>
 cudaError_t launch_paged_ragged(const RaggedArgs& args, cudaStream_t stream);
+
+// FP8 e4m3 q/k/v varlen with a left window (args.window_left >= 0), OutputDtype fp16 or bf16: the
+// FP8 kernels with FlashInfer's left-window template, kernels of their own (compiled into the
+// plain FP8 ones, the template cost their plans 3-6% at 1k-token sequences).
+template <int OutputDtype, int HeadDim, bool Causal>
+cudaError_t launch_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream);
 
 // 16-bit varlen with a logits softcap (args.softcap > 0).
 template <int Dtype, int HeadDim, bool Causal>

@@ -1,6 +1,7 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc (their
 // declarations and their list): each is an explicit specialization of fas_sm90::launch_ragged,
-// launch_paged_ragged, launch_paged_ragged_softcap, launch_ragged_softcap or launch_ragged_packed,
+// launch_ragged_fp8_window, launch_paged_ragged, launch_paged_ragged_softcap, launch_ragged_softcap
+// or launch_ragged_packed,
 // defined in its own kernel TU
 // (kernels/sm90_*.cu).
 #include "core/status.h"
@@ -19,26 +20,28 @@ namespace {
 // Ends with a sentinel (launch == nullptr) so that a build without SM90 kernels still has a
 // valid array; the count excludes it.
 #define FAS_SM90_PREFILL(InEnum, OutEnum, HeadDim, IsCausal, InfoFamily) \
-    {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, InfoFamily, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+    {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, false, InfoFamily, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
+#define FAS_SM90_WINDOWED_FP8(OutEnum, HeadDim, IsCausal, InfoFamily) \
+    {FAS_DTYPE_E4M3, OutEnum, HeadDim, IsCausal, false, false, false, true, InfoFamily, &fas_sm90::launch_ragged_fp8_window<OutEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, InfoFamily, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, false, InfoFamily, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED_SOFTCAP(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, true, false, InfoFamily, &fas_sm90::launch_paged_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, true, false, false, InfoFamily, &fas_sm90::launch_paged_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
 #define FAS_SM90_SOFTCAP(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, false, InfoFamily, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, true, false, false, InfoFamily, &fas_sm90::launch_ragged_softcap<DtypeEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PACKED(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
-    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, false, true, InfoFamily, &fas_sm90::launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>},
+    {DtypeEnum, DtypeEnum, HeadDim, IsCausal, false, false, true, false, InfoFamily, &fas_sm90::launch_ragged_packed<DtypeEnum, HeadDim, IsCausal>},
 const Kernel kTable[] = {
 #include "kernel_registry.inc"
-    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, false, nullptr, nullptr},
+    {FAS_DTYPE_FP16, FAS_DTYPE_FP16, 0, false, false, false, false, false, nullptr, nullptr},
 };
 constexpr int kNumKernels = static_cast<int>(sizeof(kTable) / sizeof(kTable[0])) - 1;
 
 std::string kernel_name(fas_dtype dtype, fas_dtype out_dtype, int head_dim, bool causal, bool paged, bool softcap,
-                        bool packed = false) {
+                        bool packed = false, bool fp8_window = false) {
     return fas::concat(fas::dtype_name(dtype), dtype == out_dtype ? "" : fas::concat("->", fas::dtype_name(out_dtype)),
                        "/hd", head_dim, packed ? "/packed" : causal ? "/causal" : "/full", paged ? "/paged" : "",
-                       softcap ? "/softcap" : "");
+                       softcap ? "/softcap" : "", fp8_window ? "/window" : "");
 }
 
 }  // namespace
@@ -50,7 +53,7 @@ const Kernel& kernel(int index) { return kTable[index]; }
 bool rounds_up(fas_dtype dtype, bool paged) { return dtype != FAS_DTYPE_E4M3 && !paged; }
 
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap,
-                          bool packed) {
+                          bool packed, bool fp8_window) {
     // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it. Packed
     // kernels are built non-causal and serve either mask.
     const Kernel* best = nullptr;
@@ -58,7 +61,7 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
         const Kernel& entry = kTable[i];
         if (entry.dtype != dtype || (out_dtype >= 0 && entry.out_dtype != out_dtype) ||
             (entry.causal != causal && !packed) || entry.paged != paged || entry.softcap != softcap ||
-            entry.packed != packed) {
+            entry.packed != packed || entry.fp8_window != fp8_window) {
             continue;
         }
         const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
@@ -68,21 +71,21 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
 }
 
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device, bool paged, bool softcap) {
+                                      const fas::DeviceProps& device, bool paged, bool softcap, bool fp8_window) {
     if (!device.is_sm90()) {
         return fas::concat("the device has compute capability ", device.cc_major, ".", device.cc_minor,
                            "; SM90 kernels need 9.0");
     }
-    if (find_kernel(dtype, out_dtype, head_dim, causal, paged, softcap) != nullptr) return std::string();
+    if (find_kernel(dtype, out_dtype, head_dim, causal, paged, softcap, false, fp8_window) != nullptr) return std::string();
     std::string built;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
         built += fas::concat(built.empty() ? "" : ", ", kernel_name(entry.dtype, entry.out_dtype, entry.head_dim,
                                                                     entry.causal, entry.paged, entry.softcap,
-                                                                    entry.packed));
+                                                                    entry.packed, entry.fp8_window));
     }
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
-    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged, softcap),
+    return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged, softcap, false, fp8_window),
                        " is built (SM90 kernels of this build: ", built.empty() ? "none" : built,
                        "; fp16/bf16 varlen kernels also serve narrower head dims, FP8 and paged ones their exact "
                        "head dim only)");

@@ -29,6 +29,8 @@ struct Kernel {
     bool softcap;  // caps scores (launch_ragged_softcap, launch_paged_ragged_softcap); the others take softcap 0 only
     bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
                    // built non-causal, it serves causal and windowed packed plans through its row table
+    bool fp8_window;  // FP8 with a left window (launch_ragged_fp8_window): FP8 plans with one run only
+                      // there, plans without one only on the other FP8 kernels
     const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
     RaggedLaunchFn launch;
 };
@@ -42,14 +44,16 @@ const Kernel& kernel(int index);
 // TMA zero-fills the missing columns, the epilogue writes only the real ones). out_dtype < 0:
 // any output dtype (capability queries).
 bool rounds_up(fas_dtype dtype, bool paged);
-// packed: the packed kernels (launch_ragged_packed), which serve causal and non-causal plans.
+// packed: the packed kernels (launch_ragged_packed), which serve causal and non-causal plans;
+// fp8_window: the FP8 kernels with a left window (launch_ragged_fp8_window).
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,
-                          bool softcap = false, bool packed = false);
+                          bool softcap = false, bool packed = false, bool fp8_window = false);
 
 // Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
 // else why not.
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device, bool paged = false, bool softcap = false);
+                                      const fas::DeviceProps& device, bool paged = false, bool softcap = false,
+                                      bool fp8_window = false);
 
 // Query rows per work tile of a kernel (tiles.h): what fas_plan_info.query_tile_rows reports.
 int query_tile_rows(const Kernel& kernel);

@@ -20,21 +20,6 @@ AttentionCase plan_case(std::string config, fas_dtype dtype, int heads_q, int he
     return c;
 }
 
-// Whether this build takes FP8 plans with a left window (FAS_SM90_FP8_WINDOW): a one-sequence
-// plan is made and released; the refusal (FAS_ERROR_NOT_BUILT) is the answer, not a failure.
-bool fp8_windows_served(fas_dtype out_dtype, int head_dim, bool causal) {
-    const int32_t cu_q[] = {0, 16}, cu_k[] = {0, 64};
-    fas_plan_args args = varlen_plan_args(FAS_DTYPE_E4M3, cu_q, cu_k, 1, 8, 8, head_dim, causal);
-    args.out_dtype = out_dtype;
-    args.use_window = 1;
-    args.window_size_left = 8;
-    args.window_size_right = causal ? 0 : -1;
-    fas_plan* plan = nullptr;
-    if (fas_plan_create(&args, &plan) != FAS_SUCCESS) return false;
-    fas_plan_destroy(plan);
-    return true;
-}
-
 }  // namespace
 
 std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tally) {
@@ -226,6 +211,21 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             cases.push_back(decode);
             continue;
         }
+        if (std::strcmp(info.family, "sm90_fp8_window") == 0) {
+            // FP8 left windows: widths 0, 64 and 300 over one to four key tiles and a long
+            // sequence, right 0 on the causal kernel and -1 on the other.
+            for (const int left : {0, 64, 300}) {
+                AttentionCase window = plan_case("kernel-sm90-fp8-window-" + std::to_string(left), dtype, 16, 2,
+                                                 info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
+                                                 FAS_FAMILY_SM90);
+                window.fp8 = true;
+                window.use_window = true;
+                window.window_left = left;
+                window.window_right = info.causal ? 0 : -1;
+                cases.push_back(window);
+            }
+            continue;
+        }
         if (std::strcmp(info.family, "sm90") == 0) {
             // SM90 kernels serve plans only: odd lengths (1, 4097), GQA ratios 1, 4 and 8, with
             // and without padded rows. The family must be SM90 (the device check passed). Lengths of
@@ -247,24 +247,6 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 sm90.expect_family = FAS_FAMILY_SM90;
                 sm90.fp8 = fp8;
                 cases.push_back(sm90);
-            }
-            // FP8 left windows (FAS_SM90_FP8_WINDOW builds): widths 0, 64 and 300 over one to four
-            // key tiles and a long sequence, right 0 on the causal kernel and -1 on the other.
-            const bool fp8_windows = fp8 && fp8_windows_served(dtype, info.head_dim, info.causal != 0);
-            if (fp8 && !fp8_windows) {
-                std::printf("[SKIP] kernel-sm90-fp8-window e4m3->%s hdim=%d causal=%d: %s\n", dtype_name(dtype),
-                            info.head_dim, info.causal, fas_get_last_error());
-                ++tally->skipped;
-            }
-            for (const int left : fp8_windows ? std::vector<int>{0, 64, 300} : std::vector<int>{}) {
-                AttentionCase window = plan_case("kernel-sm90-fp8-window-" + std::to_string(left), dtype, 16, 2,
-                                                 info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
-                                                 FAS_FAMILY_SM90);
-                window.fp8 = true;
-                window.use_window = true;
-                window.window_left = left;
-                window.window_right = info.causal ? 0 : -1;
-                cases.push_back(window);
             }
             if (!fp8) {
                 // fas_fwd's batch-layout prefill requests run on this kernel too, through a plan
