@@ -79,7 +79,8 @@
  *   that size is served by the smallest built FA2 kernel head dim above it (the kernel masks the
  *   extra columns, as FA2's own wrapper does); fas_query_support reports which one. SM90 plans
  *   round up the same way (fp16/bf16 kernels at 64, 96, 128, 192 and 256: e.g. 80 runs on 96;
- *   FP8 and paged-KV kernels serve their exact head dim): HEAD DIMS in
+ *   FP8 ones up to 192 for multiples of 16, e.g. 96 on 128; paged-KV kernels serve their exact
+ *   head dim): HEAD DIMS in
  *   flash_attn_standalone_plan.h; fas_query_plan_support reports which kernel serves.
  *
  * DEVICE AND STREAM

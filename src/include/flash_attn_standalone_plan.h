@@ -116,7 +116,7 @@
  *
  *   HEAD DIMS of the SM90 family: fp16/bf16 kernels exist for head dims 64, 96, 128, 192 and 256
  *   (`minimal` builds 64, 96 and 128; `full` all five), FP8 kernels for 64, 128, 192 and 256
- *   (`full`; none at 96: their V transpose works in 64 x 64 blocks). An fp16/bf16 varlen plan
+ *   (`full`; none at 96: their V transpose works in 64 x 64 blocks; 96 rounds up). An fp16/bf16 varlen plan
  *   whose head_dim (a multiple of 8) has no kernel of its own runs on the kernel of the next
  *   larger built head dim (ROUND-UP: head dim 80, the Qwen2.5-VL vision tower's, and 72 or 88 run
  *   on 96; 112 on 128; 160 or 176 on 192): the kernel reads q, k and v at their real width (the
@@ -124,8 +124,10 @@
  *   writes only head_dim columns of out; nothing beyond them is read or written, so the tensors
  *   need no padding. fas_plan_info.kernel_head_dim names the kernel that runs, and
  *   fas_query_plan_support's *kernel_head_dim that of an unpacked plan (a packed one may run a
- *   larger head dim: PACKED PLANS). FP8 and paged-KV kernels serve their exact head dim only. The
- *   scale default (1/sqrt(head_dim)) uses the real head dim.
+ *   larger head dim: PACKED PLANS). FP8 kernels of head dim up to 192 round up too, since 0.5, for
+ *   head dims that are multiples of 16 (e4m3 heads start 16 bytes apart): 96 and 112 (and 80) run
+ *   on 128, 160 and 176 on 192, 48 on 64; none on 256. Paged-KV kernels serve their exact head dim
+ *   only. The scale default (1/sqrt(head_dim)) uses the real head dim.
  *
  *   FP8 (dtype FAS_DTYPE_E4M3, SM90 family only, plans only): q, k and v hold e4m3 values (1 byte
  *   each; row strides in elements must then be multiples of 16), out is fp16 or bf16 as

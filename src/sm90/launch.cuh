@@ -148,12 +148,13 @@ struct AssemblyFp8 {
                                                         OrderedEpilogueFP8Attention<HeadDim>>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
-    static_assert(Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0 || Kernel::kSeparateO,
-                  "our epilogue serves FP8 only with smem_o in its own bytes (no V^T overlay to order)");
-    // The upstream FP8 epilogue copies whole rows with head_dim / 8 threads each, which must
-    // divide the consumer threads (64, 128, 256 do; 192 does not): ours otherwise.
-    using Epilogue = std::conditional_t<Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0,
-                                        flashinfer::FP8CollectiveEpilogue<Traits>, Epilogue16<Traits>>;
+    // Our epilogue (column-predicated: round-up) where smem_o has its own bytes; with the V^T
+    // overlay (hd256) the upstream one, which copies whole rows with head_dim / 8 threads each.
+    static constexpr bool kRoundsUp = Kernel::kSeparateO;
+    static_assert(kRoundsUp == (HeadDim <= kFp8RoundUpMaxHeadDim), "kFp8RoundUpMaxHeadDim (sm90/ragged_args.h)");
+    static_assert(kRoundsUp || Traits::NUM_MMA_THREADS % (HeadDim / 8) == 0,
+                  "the upstream FP8 epilogue's row copy needs head_dim / 8 to divide the consumer threads");
+    using Epilogue = std::conditional_t<kRoundsUp, Epilogue16<Traits>, flashinfer::FP8CollectiveEpilogue<Traits>>;
     static void* kernel() {
         return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                                 /*LEFT_SLIDING_WINDOW=*/Window,
@@ -214,6 +215,14 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
                             dim3(Kernel::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
 }
 
+// Whether an FP8 kernel of HeadDim serves head_dim: its own, or by round-up a narrower multiple
+// of 16 where its epilogue predicates columns (kFp8RoundUpMaxHeadDim).
+template <int HeadDim>
+constexpr bool fp8_head_dim_served(int head_dim) {
+    return head_dim == HeadDim ||
+           (HeadDim <= kFp8RoundUpMaxHeadDim && head_dim < HeadDim && head_dim > 0 && head_dim % 16 == 0);
+}
+
 // A varlen assembly's launch over contiguous K and V (the checks are its caller's).
 template <typename Assembly, typename Input, typename Output>
 cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
@@ -247,7 +256,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
-        (kIsFp8<Input> && (args.head_dim != HeadDim || args.window_left >= 0)) ||
+        (kIsFp8<Input> && (!fp8_head_dim_served<HeadDim>(args.head_dim) || args.window_left >= 0)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -261,7 +270,8 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
 template <typename Output, int HeadDim, bool Causal>
 cudaError_t run_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream) {
     constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
-    if (args.head_dim != HeadDim || args.window_left < 0 || args.softcap > 0.f || args.sinks != nullptr) {
+    if (!fp8_head_dim_served<HeadDim>(args.head_dim) || args.window_left < 0 || args.softcap > 0.f ||
+        args.sinks != nullptr) {
         return cudaErrorInvalidValue;
     }
     using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true>;

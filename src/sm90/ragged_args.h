@@ -12,6 +12,12 @@
 
 namespace fas_sm90 {
 
+// FP8 round-up: an FP8 kernel of head dim D serves a narrower head dim d (a multiple of 16: e4m3
+// heads must start 16 bytes apart for TMA) where D <= this, the kernels whose output is staged
+// in shared memory of its own and written by our column-predicated epilogue (sm90/launch.cuh
+// asserts it); at 256 the upstream FP8 epilogue writes whole rows.
+constexpr int kFp8RoundUpMaxHeadDim = 192;
+
 // One query tile of the batch layout as the kernel reads it (two 16-byte loads).
 struct alignas(16) TileWork {
     int32_t q_tile;     // index of the tile within its sequence; -1 for an empty slot

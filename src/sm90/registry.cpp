@@ -50,7 +50,10 @@ int num_kernels() { return kNumKernels; }
 
 const Kernel& kernel(int index) { return kTable[index]; }
 
-bool rounds_up(fas_dtype dtype, bool paged) { return dtype != FAS_DTYPE_E4M3 && !paged; }
+bool rounds_up(fas_dtype dtype, bool paged, int head_dim, int kernel_head_dim) {
+    if (paged || kernel_head_dim <= head_dim) return false;
+    return dtype != FAS_DTYPE_E4M3 || (kernel_head_dim <= kFp8RoundUpMaxHeadDim && head_dim % 16 == 0);
+}
 
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap,
                           bool packed, bool fp8_window) {
@@ -64,7 +67,7 @@ const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool cau
             entry.packed != packed || entry.fp8_window != fp8_window) {
             continue;
         }
-        const bool fits = entry.head_dim == head_dim || (rounds_up(dtype, paged) && entry.head_dim > head_dim);
+        const bool fits = entry.head_dim == head_dim || rounds_up(dtype, paged, head_dim, entry.head_dim);
         if (fits && (best == nullptr || entry.head_dim < best->head_dim)) best = &entry;
     }
     return best;
@@ -87,8 +90,8 @@ std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_d
     const fas_dtype wanted_out = out_dtype < 0 ? dtype : static_cast<fas_dtype>(out_dtype);
     return fas::concat("no SM90 kernel ", kernel_name(dtype, wanted_out, head_dim, causal, paged, softcap, false, fp8_window),
                        " is built (SM90 kernels of this build: ", built.empty() ? "none" : built,
-                       "; fp16/bf16 varlen kernels also serve narrower head dims, FP8 and paged ones their exact "
-                       "head dim only)");
+                       "; fp16/bf16 varlen kernels also serve narrower head dims, FP8 ones of head dim <= ",
+                       kFp8RoundUpMaxHeadDim, " narrower multiples of 16, paged ones their exact head dim only)");
 }
 
 int query_tile_rows(const Kernel& kernel) {

@@ -40,10 +40,10 @@ int num_kernels();
 const Kernel& kernel(int index);
 
 // The kernel that serves (dtype, out_dtype, head_dim, causal, paged), or NULL: one of exactly
-// head_dim, else, for fp16/bf16 varlen requests, the narrowest built head dim above it (round-up:
-// TMA zero-fills the missing columns, the epilogue writes only the real ones). out_dtype < 0:
-// any output dtype (capability queries).
-bool rounds_up(fas_dtype dtype, bool paged);
+// head_dim, else, for varlen requests, the narrowest built head dim above it (round-up: TMA
+// zero-fills the missing columns, the epilogue writes only the real ones; FP8 kernels up to
+// kFp8RoundUpMaxHeadDim, for multiples of 16). out_dtype < 0: any output dtype (capability queries).
+bool rounds_up(fas_dtype dtype, bool paged, int head_dim, int kernel_head_dim);
 // packed: the packed kernels (launch_ragged_packed), which serve causal and non-causal plans;
 // fp8_window: the FP8 kernels with a left window (launch_ragged_fp8_window).
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,

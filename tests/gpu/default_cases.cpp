@@ -280,21 +280,27 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             }
             // Narrower head dims this kernel serves by round-up (tensor maps of the real width, TMA
             // zero-fill, column-predicated stores): GQA 1 and 7, padded rows that must stay untouched.
-            for (const int narrower : {info.head_dim - 16, info.head_dim - 24}) {
+            // FP8 (kernels up to head dim 192): multiples of 16, e.g. 96 on 128.
+            const int steps[] = {16, fp8 ? 32 : 24};
+            for (const int step : steps) {
+                const int narrower = info.head_dim - step;
                 fas_family family = FAS_FAMILY_FA2;
                 int served_by = 0;
-                if (fp8 || narrower < 8 ||
-                    fas_query_plan_support(dtype, narrower, info.causal, &family, &served_by) != FAS_SUCCESS ||
+                if (narrower < 8 ||
+                    fas_query_plan_support(fp8 ? FAS_DTYPE_E4M3 : dtype, narrower, info.causal, &family,
+                                           &served_by) != FAS_SUCCESS ||
                     family != FAS_FAMILY_SM90 || served_by != info.head_dim) {
                     continue;
                 }
-                const bool wide_gqa = narrower == info.head_dim - 24;
-                AttentionCase roundup = plan_case("kernel-sm90-roundup-plan", dtype, wide_gqa ? 14 : 16,
-                                                  wide_gqa ? 2 : 16, narrower, info.causal != 0,
+                const bool wide_gqa = step != 16;
+                AttentionCase roundup = plan_case(fp8 ? "kernel-sm90-fp8-roundup-plan" : "kernel-sm90-roundup-plan",
+                                                  dtype, wide_gqa ? 14 : 16, wide_gqa ? 2 : 16, narrower,
+                                                  info.causal != 0,
                                                   quick ? std::vector<int>{1, 37, 200, 129}
                                                         : std::vector<int>{64, 1, 1500, 37, 200, 129, 3},
                                                   FAS_FAMILY_SM90);
-                roundup.row_padding = 8;
+                roundup.fp8 = fp8;
+                roundup.row_padding = fp8 ? 16 : 8;  // e4m3 rows start 16 bytes apart
                 roundup.expect_kernel_head_dim = info.head_dim;
                 cases.push_back(roundup);
             }
