@@ -13,6 +13,7 @@
 #include "core/device_block.h"
 #include "sm90/packed_args.h"
 #include "sm90/tile_keys.h"
+#include "sm90/tile_units.h"
 #include "sm90/tiles.h"
 
 namespace fas_sm90 {
@@ -144,11 +145,35 @@ bool heads_inner(const PlanLayout& layout) {
     return true;
 }
 
+// A causal sequence's units under a left window, where most tiles cost the same (the window and a
+// tile's rows) and only the first ones less: sm90/tile_units.h's pairing by each tile's keys, from
+// its first key (tile_keys.h) to its last row's diagonal, at most a query tile's keys more than
+// the costliest tile. (Built only for windowed plans: the others need no allocation per sequence.)
+std::vector<TileUnit> window_units(const PlanLayout& layout, int i) {
+    const int rows = query_tile_rows(layout);
+    const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
+    const int32_t kv_len = kv_length(layout, i);
+    std::vector<int64_t> costs((qo_len + rows - 1) / rows);
+    for (int32_t t = 0; t < static_cast<int32_t>(costs.size()); ++t) {
+        const TileKeys keys = tile_keys(t, rows, 0, kv_len, qo_len, layout.window_left,
+                                        layout.kv_lengths != nullptr ? layout.page_size : 0);
+        const int64_t last = std::min<int64_t>(kv_len, static_cast<int64_t>(t + 1) * rows + kv_len - qo_len);
+        costs[t] = std::max<int64_t>(0, last - (kv_len - keys.length));
+    }
+    return balanced_units(costs, rows);
+}
+
+bool windowed_causal(const PlanLayout& layout) { return layout.causal && !layout.packed && layout.window_left >= 0; }
+
 int64_t count_units(const PlanLayout& layout) {
     const int rows = query_tile_rows(layout);
     const int per_unit = tiles_per_unit(layout);
     int64_t units = 0;
     for (int i = 0; i < layout.batch_size; ++i) {
+        if (windowed_causal(layout)) {
+            units += static_cast<int64_t>(window_units(layout, i).size());
+            continue;
+        }
         const int64_t length = static_cast<int64_t>(layout.cu_seqlens_q[i + 1]) - layout.cu_seqlens_q[i];
         const int64_t tiles = (length + rows - 1) / rows;
         units += (tiles + per_unit - 1) / per_unit;
@@ -159,7 +184,8 @@ int64_t count_units(const PlanLayout& layout) {
 // The units in the order the kernel deals them: sequences with the most keys first (the
 // costliest units), each sequence's units together. Causal: tile n-1-j with tile j (the middle
 // tile of an odd count alone, its second slot empty), so each unit sees the same number of keys
-// under the bottom-right aligned mask; otherwise one tile per unit, last tile first.
+// under the bottom-right aligned mask; under a left window window_units' pairs; otherwise one
+// tile per unit, last tile first.
 void fill_units(const PlanLayout& layout, TileWork* out) {
     const int rows = query_tile_rows(layout);
     std::vector<int> order(layout.batch_size);
@@ -170,7 +196,6 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
     size_t at = 0;
     for (int i : order) {
         const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
-        const int32_t tiles = (qo_len + rows - 1) / rows;
         const auto tile = [&](int32_t t) {
             // Under a left window only the keys from the tile's first row's first one (tile_keys.h;
             // FlashInfer's own range starts one key tile early).
@@ -178,13 +203,19 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
                                             layout.kv_lengths != nullptr ? layout.page_size : 0);
             return TileWork{t, i, layout.cu_seqlens_q[i], keys.start, qo_len, keys.length, {0, 0}};
         };
+        const int32_t tiles = (qo_len + rows - 1) / rows;
         if (!layout.causal) {
             for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);
-            continue;
-        }
-        for (int32_t j = 0; j < (tiles + 1) / 2; ++j) {
-            out[at++] = tile(tiles - 1 - j);
-            out[at++] = tiles - 1 - j != j ? tile(j) : TileWork{-1, i, 0, 0, 0, 0, {0, 0}};
+        } else if (windowed_causal(layout)) {
+            for (const TileUnit& unit : window_units(layout, i)) {
+                out[at++] = tile(unit.first);
+                out[at++] = unit.second >= 0 ? tile(unit.second) : TileWork{-1, i, 0, 0, 0, 0, {0, 0}};
+            }
+        } else {
+            for (int32_t j = 0; j < (tiles + 1) / 2; ++j) {
+                out[at++] = tile(tiles - 1 - j);
+                out[at++] = tiles - 1 - j != j ? tile(j) : TileWork{-1, i, 0, 0, 0, 0, {0, 0}};
+            }
         }
     }
 }
