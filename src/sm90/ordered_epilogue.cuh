@@ -21,10 +21,11 @@
 // d (TMA fills the missing columns with zeros, so they add nothing to Q.K and give zero output
 // columns), and only d columns are written.
 //
-// FP8 kernels: the upstream epilogue (hopper/quantization/epilogue.cuh), which stages correctly
-// (sync only) but has the second hazard (smem_o overlays smem_vt, refilled by the producer after
-// barrier_O; at hdim 64 no warp scheduler barrier orders the warpgroups): where that overlay
-// exists it gets the trailing barrier, through a specialization selected by our variant type.
+// FP8 kernels: Epilogue16 where smem_o has bytes of its own (head dims up to 192: it also serves
+// their round-up, sm90/launch.cuh); at 256 the upstream epilogue (hopper/quantization/epilogue.cuh),
+// which stages correctly (sync only) but has the second hazard (smem_o overlays smem_vt, refilled
+// by the producer after barrier_O): that overlay gets the trailing barrier, through a
+// specialization selected by our variant type.
 #ifndef FAS_SM90_ORDERED_EPILOGUE_CUH
 #define FAS_SM90_ORDERED_EPILOGUE_CUH
 

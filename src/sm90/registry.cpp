@@ -1,9 +1,7 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc (their
 // declarations and their list): each is an explicit specialization of fas_sm90::launch_ragged,
 // launch_ragged_fp8_window, launch_paged_ragged, launch_paged_ragged_softcap, launch_ragged_softcap
-// or launch_ragged_packed,
-// defined in its own kernel TU
-// (kernels/sm90_*.cu).
+// or launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
 #include "core/status.h"
 #include "sm90/packed_args.h"
 #include "sm90/sm90.h"
@@ -57,8 +55,8 @@ bool rounds_up(fas_dtype dtype, bool paged, int head_dim, int kernel_head_dim) {
 
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap,
                           bool packed, bool fp8_window) {
-    // The exact head dim, else (16-bit varlen kernels) the narrowest built one above it. Packed
-    // kernels are built non-causal and serve either mask.
+    // The exact head dim, else (varlen kernels: rounds_up) the narrowest built one above it.
+    // Packed kernels are built non-causal and serve either mask.
     const Kernel* best = nullptr;
     for (int i = 0; i < kNumKernels; ++i) {
         const Kernel& entry = kTable[i];
