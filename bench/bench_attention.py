@@ -97,13 +97,13 @@ def vision_rows(libs, args):
 
 def window_rows(libs, args):
     """A causal sliding window (left 4096 by default, Mistral-like; --windows takes several) on one
-    32k sequence, hdim 128, against the same plan without a window, for bf16 inputs and FP8 e4m3
-    ones (bf16 out; a build whose FP8 plans take no window prints why); the window's TFLOPS count
+    32k sequence, hdim 128 (--window-head-dim), against the same plan without a window, for bf16
+    inputs and FP8 e4m3 ones (bf16 out; a build whose FP8 plans take no window prints why); the window's TFLOPS count
     the scores inside the window only (query i sees min(i, left) + 1 keys), so equal TFLOPS mean
     equal speed per useful score. Every width's plan is timed in the same rounds, so the times of
     several widths show what an item costs beside its key tiles."""
-    seqlen, heads = 32768, 16
-    q, k, v = (torch.randn(seqlen, heads, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    seqlen, heads, head_dim = 32768, 16, args.window_head_dim
+    q, k, v = (torch.randn(seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     out = torch.empty_like(q)
     rows = []
     for name, inputs in (("bf16", (q, k, v)), ("e4m3->bf16", [t.to(torch.float8_e4m3fn) for t in (q, k, v)])):
@@ -112,19 +112,19 @@ def window_rows(libs, args):
             fns.update({f"window {left}": libs.plan_fns(*inputs, out, True, [seqlen], window=(left, 0))
                         for left in args.windows})
         except RuntimeError as error:
-            rows.append((name, 128, f"causal, window ({args.windows[0]}, 0)", f"1x{seqlen}", "not built",
+            rows.append((name, head_dim, f"causal, window ({args.windows[0]}, 0)", f"1x{seqlen}", "not built",
                          str(error)[:60], "-", "-"))
             continue
         times = median_ms_each({key: fn[0] for key, fn in fns.items()}, args.repeats)
-        plain_tflops = 4.0 * heads * 128 * seqlen * (seqlen + 1) / 2 / (times["plain"] * 1e9)
-        rows.append((name, 128, "causal, no window", f"1x{seqlen}", fns["plain"][2], f"{plain_tflops:.0f}",
+        plain_tflops = 4.0 * heads * head_dim * seqlen * (seqlen + 1) / 2 / (times["plain"] * 1e9)
+        rows.append((name, head_dim, "causal, no window", f"1x{seqlen}", fns["plain"][2], f"{plain_tflops:.0f}",
                      f"{times['plain']:.3f} ms", "-"))
         for left in args.windows:
             inside = sum(min(i, left) + 1 for i in range(seqlen))
             key = f"window {left}"
-            window_tflops = 4.0 * heads * 128 * inside / (times[key] * 1e9)
-            rows.append((name, 128, f"causal, window ({left}, 0)", f"1x{seqlen}", fns[key][2], f"{window_tflops:.0f}",
-                         f"{times[key]:.3f} ms", f"{window_tflops / plain_tflops:.2f}x"))
+            window_tflops = 4.0 * heads * head_dim * inside / (times[key] * 1e9)
+            rows.append((name, head_dim, f"causal, window ({left}, 0)", f"1x{seqlen}", fns[key][2],
+                         f"{window_tflops:.0f}", f"{times[key]:.3f} ms", f"{window_tflops / plain_tflops:.2f}x"))
     return rows
 
 
@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--windows", nargs="+", type=int, default=[4096], help="left widths of the window table")
+    parser.add_argument("--window-head-dim", type=int, default=128, help="head dim of the window table")
     parser.add_argument("--only", nargs="+", choices=["dense", "varlen", "vision", "window", "softcap"],
                         default=["dense", "varlen"], help="which tables (vision: Qwen2.5-VL's tower, hdim 80; "
                         "window: a 4096-key sliding window on 32k tokens against no window; softcap: softcap 50 "
