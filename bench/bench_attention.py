@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend
 
-from common import QWEN_VARLEN_LENGTHS, Libraries, median_ms_each, overhead, print_table, ratio, sdpa_fn, tflops
+from common import (QWEN_VARLEN_LENGTHS, Libraries, median_ms_each, overhead, print_table, ratio, sdpa_fn,
+                    tflops, visible_pairs)
 from fas_ctypes import Dtype
 
 def timed_cells(flops: float, fns: dict, repeats: int) -> tuple:
@@ -116,13 +117,12 @@ def window_rows(libs, args):
                          str(error)[:60], "-", "-"))
             continue
         times = median_ms_each({key: fn[0] for key, fn in fns.items()}, args.repeats)
-        plain_tflops = 4.0 * heads * head_dim * seqlen * (seqlen + 1) / 2 / (times["plain"] * 1e9)
+        plain_tflops = 4.0 * heads * head_dim * visible_pairs(seqlen, seqlen) / (times["plain"] * 1e9)
         rows.append((name, head_dim, "causal, no window", f"1x{seqlen}", fns["plain"][2], f"{plain_tflops:.0f}",
                      f"{times['plain']:.3f} ms", "-"))
         for left in args.windows:
-            inside = sum(min(i, left) + 1 for i in range(seqlen))
             key = f"window {left}"
-            window_tflops = 4.0 * heads * head_dim * inside / (times[key] * 1e9)
+            window_tflops = 4.0 * heads * head_dim * visible_pairs(seqlen, seqlen, left) / (times[key] * 1e9)
             rows.append((name, head_dim, f"causal, window ({left}, 0)", f"1x{seqlen}", fns[key][2],
                          f"{window_tflops:.0f}", f"{times[key]:.3f} ms", f"{window_tflops / plain_tflops:.2f}x"))
     return rows

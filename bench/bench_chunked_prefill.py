@@ -29,20 +29,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 import fas_ctypes
-from common import Library, fas_dtype, median_ms_each
+from common import Library, fas_dtype, median_ms_each, visible_pairs
 from bench_decode import paged_plan, plan_runner
 from fas_ctypes import PlanArgs, PlanRunArgs
 
 ROWS = [(16, 512, 4096), (4, 2048, 16384), (64, 128, 2048), (1, 8192, 32768)]
 HEADS_Q, HEADS_KV, HEAD_DIM = 16, 2, 128
-
-
-def visible_pairs(queries: int, keys: int, window: int = -1) -> int:
-    """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1,
-    at most window + 1 with a left window."""
-    if window < 0:
-        return queries * (keys - queries) + queries * (queries + 1) // 2
-    return sum(min(keys - queries + i + 1, window + 1) for i in range(queries))
 
 
 def window_mask(rows: int, queries: int, keys: int, window: int) -> torch.Tensor:

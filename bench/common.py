@@ -177,6 +177,14 @@ def sdpa_fn(backend, q, k, v, causal):
     return run
 
 
+def visible_pairs(queries: int, keys: int, window: int = -1) -> int:
+    """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1,
+    at most window + 1 with a left window."""
+    if window < 0:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    return sum(min(keys - queries + i + 1, window + 1) for i in range(queries))
+
+
 def tflops(flops: float, ms) -> str:
     if isinstance(ms, float):
         return f"{flops / (ms * 1e-3) / 1e12:.0f}"

@@ -170,11 +170,7 @@ def render_sm90_fp8_window(tu) -> str:
 
 
 def sm90_fp8_window_symbol(tu) -> str:
-    return f"fas_sm90::launch_ragged_fp8_window<{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}>"
-
-
-def sm90_fp8_window_args(tu) -> tuple[str, ...]:
-    return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
+    return f"fas_sm90::launch_ragged_fp8_window<{_sm90_out_template_args(tu)}>"
 
 
 def render_sm90_softcap(tu) -> str:
@@ -183,12 +179,13 @@ def render_sm90_softcap(tu) -> str:
 
 
 def sm90_softcap_symbol(tu) -> str:
-    return f"fas_sm90::launch_ragged_softcap<{_sm90_16bit_template_args(tu)}>"
+    return f"fas_sm90::launch_ragged_softcap<{_sm90_out_template_args(tu)}>"
 
 
-def _sm90_16bit_template_args(tu) -> str:
-    """<Dtype, HeadDim, Causal> of fas_sm90's 16-bit launchers (launch_paged_ragged, launch_ragged_softcap, ...;
-    fas_dtype value)."""
+def _sm90_out_template_args(tu) -> str:
+    """<Dtype, HeadDim, Causal> of fas_sm90's launchers with one dtype argument, the output's (fas_dtype
+    value; the 16-bit ones' input too: launch_paged_ragged, launch_ragged_softcap, ...; e4m3 in:
+    launch_ragged_fp8_window)."""
     return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
 
 
@@ -215,18 +212,18 @@ def render_sm90_packed(tu) -> str:
 
 
 def sm90_packed_symbol(tu) -> str:
-    return f"fas_sm90::launch_ragged_packed<{_sm90_16bit_template_args(tu)}>"
+    return f"fas_sm90::launch_ragged_packed<{_sm90_out_template_args(tu)}>"
 
 
 def sm90_paged_symbol(tu) -> str:
-    return f"fas_sm90::launch_paged_ragged<{_sm90_16bit_template_args(tu)}>"
+    return f"fas_sm90::launch_paged_ragged<{_sm90_out_template_args(tu)}>"
 
 
 def sm90_paged_softcap_symbol(tu) -> str:
-    return f"fas_sm90::launch_paged_ragged_softcap<{_sm90_16bit_template_args(tu)}>"
+    return f"fas_sm90::launch_paged_ragged_softcap<{_sm90_out_template_args(tu)}>"
 
 
-def sm90_16bit_args(tu) -> tuple[str, ...]:
+def sm90_out_args(tu) -> tuple[str, ...]:
     return (DTYPES[tu.dtype].api, str(tu.head_dim), _cpp_bool(tu.causal))
 
 
@@ -297,8 +294,7 @@ def paged_args(kernel: PagedKernel, tu) -> tuple[str, ...]:
 
 FA2_PARAMS = ("ElementType", "DtypeEnum", "HeadDim", "IsCausal")
 SM90_PARAMS = ("InEnum", "OutEnum", "HeadDim", "IsCausal")
-SM90_16BIT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")
-SM90_FP8_WINDOW_PARAMS = ("OutEnum", "HeadDim", "IsCausal")  # q/k/v e4m3
+SM90_OUT_PARAMS = ("DtypeEnum", "HeadDim", "IsCausal")  # DtypeEnum: out's (and q/k/v's unless e4m3)
 PAGED_PARAMS = ("DtypeEnum", "KvEnum", "HeadDim", "IsCausal", "TileQ")
 # The registry declarations (Family.declaration) of each launch template.
 # Our FA2 launchers (src/fa2/fwd_launch.cuh, split_launch.cuh), one instantiation per TU.
@@ -310,11 +306,7 @@ FA2_DECLARATION, FA2_SPLIT_DECLARATION = (
 SM90_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged<{InEnum}, {OutEnum}, {HeadDim}, "
                     "{IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
 
-SM90_FP8_WINDOW_DECLARATION = ("namespace fas_sm90 {{ template <> cudaError_t launch_ragged_fp8_window<{OutEnum}, "
-                               "{HeadDim}, {IsCausal}>(const RaggedArgs&, cudaStream_t); }}")
-
-
-def sm90_16bit_declaration(template: str) -> str:
+def sm90_out_declaration(template: str) -> str:
     return (f"namespace fas_sm90 {{{{ template <> cudaError_t {template}<{{DtypeEnum}}, {{HeadDim}}, {{IsCausal}}>"
             "(const RaggedArgs&, cudaStream_t); }}")
 

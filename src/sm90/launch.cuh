@@ -215,14 +215,6 @@ cudaError_t launch(const MainloopParams& mainloop, const EpilogueParams& epilogu
                             dim3(Kernel::NUM_WARPS * cutlass::NumThreadsPerWarp), kernel_args, kSmemBytes, stream);
 }
 
-// Whether an FP8 kernel of HeadDim serves head_dim: its own, or by round-up a narrower multiple
-// of 16 where its epilogue predicates columns (kFp8RoundUpMaxHeadDim).
-template <int HeadDim>
-constexpr bool fp8_head_dim_served(int head_dim) {
-    return head_dim == HeadDim ||
-           (HeadDim <= kFp8RoundUpMaxHeadDim && head_dim < HeadDim && head_dim > 0 && head_dim % 16 == 0);
-}
-
 // A varlen assembly's launch over contiguous K and V (the checks are its caller's).
 template <typename Assembly, typename Input, typename Output>
 cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
@@ -256,7 +248,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     // Packed plans list one tile per work unit (sm90/packed_args.h); the others none of their table.
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
-        (kIsFp8<Input> && (!fp8_head_dim_served<HeadDim>(args.head_dim) || args.window_left >= 0)) ||
+        (kIsFp8<Input> && (!fp8_kernel_serves(HeadDim, args.head_dim) || args.window_left >= 0)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -270,7 +262,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
 template <typename Output, int HeadDim, bool Causal>
 cudaError_t run_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream) {
     constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
-    if (!fp8_head_dim_served<HeadDim>(args.head_dim) || args.window_left < 0 || args.softcap > 0.f ||
+    if (!fp8_kernel_serves(HeadDim, args.head_dim) || args.window_left < 0 || args.softcap > 0.f ||
         args.sinks != nullptr) {
         return cudaErrorInvalidValue;
     }

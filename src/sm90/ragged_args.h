@@ -18,6 +18,13 @@ namespace fas_sm90 {
 // asserts it); at 256 the upstream FP8 epilogue writes whole rows.
 constexpr int kFp8RoundUpMaxHeadDim = 192;
 
+// Whether an FP8 kernel of kernel_head_dim serves head_dim: its own, or by round-up (above). The
+// planner (registry.cpp) and the launchers (sm90/launch.cuh) both ask this.
+constexpr bool fp8_kernel_serves(int kernel_head_dim, int head_dim) {
+    return head_dim == kernel_head_dim || (kernel_head_dim <= kFp8RoundUpMaxHeadDim && head_dim > 0 &&
+                                           head_dim < kernel_head_dim && head_dim % 16 == 0);
+}
+
 // One query tile of the batch layout as the kernel reads it (two 16-byte loads).
 struct alignas(16) TileWork {
     int32_t q_tile;     // index of the tile within its sequence; -1 for an empty slot

@@ -50,7 +50,7 @@ const Kernel& kernel(int index) { return kTable[index]; }
 
 bool rounds_up(fas_dtype dtype, bool paged, int head_dim, int kernel_head_dim) {
     if (paged || kernel_head_dim <= head_dim) return false;
-    return dtype != FAS_DTYPE_E4M3 || (kernel_head_dim <= kFp8RoundUpMaxHeadDim && head_dim % 16 == 0);
+    return dtype != FAS_DTYPE_E4M3 || fp8_kernel_serves(kernel_head_dim, head_dim);
 }
 
 const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged, bool softcap,

@@ -145,35 +145,49 @@ bool heads_inner(const PlanLayout& layout) {
     return true;
 }
 
-// A causal sequence's units under a left window, where most tiles cost the same (the window and a
-// tile's rows) and only the first ones less: sm90/tile_units.h's pairing by each tile's keys, from
-// its first key (tile_keys.h) to its last row's diagonal, at most a query tile's keys more than
-// the costliest tile. (Built only for windowed plans: the others need no allocation per sequence.)
-std::vector<TileUnit> window_units(const PlanLayout& layout, int i) {
-    const int rows = query_tile_rows(layout);
-    const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
-    const int32_t kv_len = kv_length(layout, i);
-    std::vector<int64_t> costs((qo_len + rows - 1) / rows);
-    for (int32_t t = 0; t < static_cast<int32_t>(costs.size()); ++t) {
-        const TileKeys keys = tile_keys(t, rows, 0, kv_len, qo_len, layout.window_left,
-                                        layout.kv_lengths != nullptr ? layout.page_size : 0);
-        const int64_t last = std::min<int64_t>(kv_len, static_cast<int64_t>(t + 1) * rows + kv_len - qo_len);
-        costs[t] = std::max<int64_t>(0, last - (kv_len - keys.length));
-    }
-    return balanced_units(costs, rows);
-}
+// Where a sequence's keys are paged, the page size (tile_keys.h starts a tile at a whole page); 0.
+int32_t paged_keys(const PlanLayout& layout) { return layout.kv_lengths != nullptr ? layout.page_size : 0; }
 
 bool windowed_causal(const PlanLayout& layout) { return layout.causal && !layout.packed && layout.window_left >= 0; }
 
+// The units of a causal plan under a left window, where most tiles cost the same (the window and a
+// tile's rows) and only the first ones less: sm90/tile_units.h's pairing of each sequence's tiles
+// by their keys, from a tile's first key (tile_keys.h) to its last row's diagonal, at most a query
+// tile's keys more than the costliest tile. Sequence i's units are units[first[i] .. first[i + 1]).
+// Built once per schedule (other plans list their units without allocating per sequence).
+struct WindowUnits {
+    std::vector<TileUnit> units;
+    std::vector<size_t> first;
+};
+
+WindowUnits window_units(const PlanLayout& layout) {
+    const int rows = query_tile_rows(layout);
+    WindowUnits out;
+    out.first.reserve(layout.batch_size + 1);
+    std::vector<int64_t> costs;
+    for (int i = 0; i < layout.batch_size; ++i) {
+        out.first.push_back(out.units.size());
+        const int32_t qo_len = layout.cu_seqlens_q[i + 1] - layout.cu_seqlens_q[i];
+        const int32_t kv_len = kv_length(layout, i);
+        costs.assign((qo_len + rows - 1) / rows, 0);
+        for (int32_t t = 0; t < static_cast<int32_t>(costs.size()); ++t) {
+            const TileKeys keys = tile_keys(t, rows, 0, kv_len, qo_len, layout.window_left, paged_keys(layout));
+            const int64_t last = std::min<int64_t>(kv_len, static_cast<int64_t>(t + 1) * rows + kv_len - qo_len);
+            costs[t] = std::max<int64_t>(0, last - (kv_len - keys.length));
+        }
+        const std::vector<TileUnit> units = balanced_units(costs, rows);
+        out.units.insert(out.units.end(), units.begin(), units.end());
+    }
+    out.first.push_back(out.units.size());
+    return out;
+}
+
 int64_t count_units(const PlanLayout& layout) {
+    if (windowed_causal(layout)) return static_cast<int64_t>(window_units(layout).units.size());
     const int rows = query_tile_rows(layout);
     const int per_unit = tiles_per_unit(layout);
     int64_t units = 0;
     for (int i = 0; i < layout.batch_size; ++i) {
-        if (windowed_causal(layout)) {
-            units += static_cast<int64_t>(window_units(layout, i).size());
-            continue;
-        }
         const int64_t length = static_cast<int64_t>(layout.cu_seqlens_q[i + 1]) - layout.cu_seqlens_q[i];
         const int64_t tiles = (length + rows - 1) / rows;
         units += (tiles + per_unit - 1) / per_unit;
@@ -184,9 +198,9 @@ int64_t count_units(const PlanLayout& layout) {
 // The units in the order the kernel deals them: sequences with the most keys first (the
 // costliest units), each sequence's units together. Causal: tile n-1-j with tile j (the middle
 // tile of an odd count alone, its second slot empty), so each unit sees the same number of keys
-// under the bottom-right aligned mask; under a left window window_units' pairs; otherwise one
-// tile per unit, last tile first.
-void fill_units(const PlanLayout& layout, TileWork* out) {
+// under the bottom-right aligned mask; under a left window `windowed`'s units (window_units);
+// otherwise one tile per unit, last tile first.
+void fill_units(const PlanLayout& layout, const WindowUnits* windowed, TileWork* out) {
     const int rows = query_tile_rows(layout);
     std::vector<int> order(layout.batch_size);
     for (int i = 0; i < layout.batch_size; ++i) order[i] = i;
@@ -200,14 +214,15 @@ void fill_units(const PlanLayout& layout, TileWork* out) {
             // Under a left window only the keys from the tile's first row's first one (tile_keys.h;
             // FlashInfer's own range starts one key tile early).
             const TileKeys keys = tile_keys(t, rows, kv_start[i], kv_len(i), qo_len, layout.window_left,
-                                            layout.kv_lengths != nullptr ? layout.page_size : 0);
+                                            paged_keys(layout));
             return TileWork{t, i, layout.cu_seqlens_q[i], keys.start, qo_len, keys.length, {0, 0}};
         };
         const int32_t tiles = (qo_len + rows - 1) / rows;
         if (!layout.causal) {
             for (int32_t t = tiles - 1; t >= 0; --t) out[at++] = tile(t);
-        } else if (windowed_causal(layout)) {
-            for (const TileUnit& unit : window_units(layout, i)) {
+        } else if (windowed != nullptr) {
+            for (size_t u = windowed->first[i]; u < windowed->first[i + 1]; ++u) {
+                const TileUnit& unit = windowed->units[u];
                 out[at++] = tile(unit.first);
                 out[at++] = unit.second >= 0 ? tile(unit.second) : TileWork{-1, i, 0, 0, 0, 0, {0, 0}};
             }
@@ -264,10 +279,18 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
         return cudaErrorMemoryAllocation;
     }
     std::vector<Pack> packs;
+    WindowUnits windowed;
     int64_t units = 0;
     try {
-        if (layout.packed) packs = make_packs(layout);
-        units = layout.packed ? static_cast<int64_t>(packs.size()) : count_units(layout);
+        if (layout.packed) {
+            packs = make_packs(layout);
+            units = static_cast<int64_t>(packs.size());
+        } else if (windowed_causal(layout)) {
+            windowed = window_units(layout);  // listed once, for the count and the list
+            units = static_cast<int64_t>(windowed.units.size());
+        } else {
+            units = count_units(layout);
+        }
     } catch (const std::bad_alloc&) {
         schedule_destroy(schedule);
         *message = "out of host memory while packing the SM90 work";
@@ -290,7 +313,7 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
                 fill_packs(layout, packs, tiles,
                            reinterpret_cast<uint32_t*>(static_cast<char*>(schedule->block->staging) + tiles_bytes));
             } else {
-                fill_units(layout, tiles);
+                fill_units(layout, windowed_causal(layout) ? &windowed : nullptr, tiles);
             }
         } catch (const std::bad_alloc&) {
             error = cudaErrorMemoryAllocation;
