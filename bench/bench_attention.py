@@ -130,25 +130,27 @@ def window_rows(libs, args):
 
 def softcap_rows(libs, args):
     """Softcap 50 (Gemma 2) against the same SM90 plan without it: hdim 128 and 256, causal and
-    not, one 16384-token sequence, bf16; the same FLOP count for both."""
+    not, one 16384-token sequence, bf16 inputs and FP8 e4m3 ones (bf16 out); the same FLOP count
+    for both."""
     rows = []
     seqlen, heads = 16384, 16
     for head_dim in (128, 256):
-        for causal in (False, True):
-            q, k, v = (torch.randn(seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-            out = torch.empty_like(q)
-            flops = 4.0 * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-            try:
-                plain = libs.plan_fns(q, k, v, out, causal, [seqlen], family="sm90")[0]
-                capped = libs.plan_fns(q, k, v, out, causal, [seqlen], family="sm90", softcap=50.0)[0]
-            except RuntimeError as error:
-                rows.append(("bf16", head_dim, "causal" if causal else "full", f"1x{seqlen}", "not built", str(error)[:60],
-                             "-", "-"))
-                continue
-            times = median_ms_each({"plain": plain, "capped": capped}, args.repeats)
-            rows.append(("bf16", head_dim, ("causal" if causal else "full") + ", softcap 50", f"1x{seqlen}", "sm90",
-                         tflops(flops, times["capped"]), tflops(flops, times["plain"]),
-                         ratio(times["capped"], times["plain"])))
+        q, k, v = (torch.randn(seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        out = torch.empty_like(q)
+        for name, inputs in (("bf16", (q, k, v)), ("e4m3->bf16", [t.to(torch.float8_e4m3fn) for t in (q, k, v)])):
+            for causal in (False, True):
+                flops = 4.0 * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+                try:
+                    plain = libs.plan_fns(*inputs, out, causal, [seqlen], family="sm90")[0]
+                    capped = libs.plan_fns(*inputs, out, causal, [seqlen], family="sm90", softcap=50.0)[0]
+                except RuntimeError as error:
+                    rows.append((name, head_dim, "causal" if causal else "full", f"1x{seqlen}", "not built",
+                                 str(error)[:60], "-", "-"))
+                    continue
+                times = median_ms_each({"plain": plain, "capped": capped}, args.repeats)
+                rows.append((name, head_dim, ("causal" if causal else "full") + ", softcap 50", f"1x{seqlen}", "sm90",
+                             tflops(flops, times["capped"]), tflops(flops, times["plain"]),
+                             ratio(times["capped"], times["plain"])))
     return rows
 
 

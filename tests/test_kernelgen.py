@@ -95,7 +95,8 @@ def test_registry_defaults_every_family_macro_to_nothing_and_undefines_it(repo):
     plan = make_plan(load_config(repo / "matrix.yaml").matrix("smoke"), repo)
     lines = registry_text(plan.entries[0].kernels).splitlines()
     macros = ("FAS_FA2_FWD", "FAS_FA2_FWD_SPLIT", "FAS_SM90_PREFILL", "FAS_SM90_SOFTCAP", "FAS_SM90_PACKED",
-              "FAS_SM90_PAGED", "FAS_SM90_PAGED_SOFTCAP", "FAS_SM90_WINDOWED_FP8", "FAS_PAGED")
+              "FAS_SM90_PAGED", "FAS_SM90_PAGED_SOFTCAP", "FAS_SM90_WINDOWED_FP8", "FAS_SM90_FP8_SOFTCAP",
+              "FAS_PAGED")
     entry = lines.index('FAS_PAGED(FAS_DTYPE_FP16, FAS_DTYPE_FP16, 64, true, 16, "paged")')
     for macro in macros:
         guard = lines.index(f"#ifndef {macro}")

@@ -163,14 +163,27 @@ def sm90_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged<{_sm90_template_args(tu)}>"
 
 
+def _render_sm90_fp8(tu, what: str, run: str) -> str:
+    """An FP8 varlen TU whose launcher takes the output dtype only (run: run_ragged_fp8_window, ...)."""
+    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill, FP8 {tu.input_dtype} in, {tu.dtype} out, {what}",
+                        "sm90/launch.cuh", f"{run}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
+
+
 def render_sm90_fp8_window(tu) -> str:
-    return _sm90_source(tu, f"FlashInfer SM90 ragged prefill, FP8 {tu.input_dtype} in, {tu.dtype} out, with a left window",
-                        "sm90/launch.cuh",
-                        f"run_ragged_fp8_window<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
+    return _render_sm90_fp8(tu, "with a left window", "run_ragged_fp8_window")
 
 
 def sm90_fp8_window_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged_fp8_window<{_sm90_out_template_args(tu)}>"
+
+
+def render_sm90_fp8_softcap(tu) -> str:
+    return _render_sm90_fp8(tu, "with a logits softcap (and a left window where the plan has one)",
+                            "run_ragged_fp8_softcap")
+
+
+def sm90_fp8_softcap_symbol(tu) -> str:
+    return f"fas_sm90::launch_ragged_fp8_softcap<{_sm90_out_template_args(tu)}>"
 
 
 def render_sm90_softcap(tu) -> str:
@@ -185,7 +198,7 @@ def sm90_softcap_symbol(tu) -> str:
 def _sm90_out_template_args(tu) -> str:
     """<Dtype, HeadDim, Causal> of fas_sm90's launchers with one dtype argument, the output's (fas_dtype
     value; the 16-bit ones' input too: launch_paged_ragged, launch_ragged_softcap, ...; e4m3 in:
-    launch_ragged_fp8_window)."""
+    launch_ragged_fp8_window, launch_ragged_fp8_softcap)."""
     return f"{DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}"
 
 

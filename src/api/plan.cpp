@@ -64,9 +64,6 @@ fas_status resolve_masks(const fas_plan_args& args, Layout* layout) {
     }
     // FP8 plans over paged caches run on the decode kernel, which takes both masks.
     const bool sm90_fp8 = layout->dtype == FAS_DTYPE_E4M3 && !layout->paged;
-    if (args.softcap > 0.f && sm90_fp8) {
-        return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no softcap yet; set softcap to 0");
-    }
     layout->softcap = args.softcap;
     if (args.use_sinks != 0 && sm90_fp8) {
         return fail(FAS_ERROR_NOT_BUILT, "FP8 (e4m3) plans over contiguous K and V take no sinks yet; set use_sinks to 0");
@@ -224,8 +221,9 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
             }
         }
     }
-    // FP8 plans with a left window run on FP8 kernels of their own (family sm90_fp8_window).
-    const bool fp8_window = layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0;
+    // FP8 plans with a left window run on FP8 kernels of their own (family sm90_fp8_window), and with
+    // a softcap on the FP8 softcap kernels, window or not (family sm90_fp8_softcap).
+    const bool fp8_window = layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0 && !softcap;
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
                                                           layout.causal, device, kv.paged, softcap, fp8_window);
     if (!why.empty()) return why;

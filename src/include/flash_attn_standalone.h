@@ -270,7 +270,8 @@ typedef struct fas_kernel_info {
                          * capability 9.0; fp16/bf16 ones also serve narrower head dims: see HEAD
                          * DIMS in flash_attn_standalone_plan.h), "sm90_softcap" (the same with a
                          * logits softcap; since 0.3), "sm90_fp8_window" (FP8 plans with a left
-                         * window; since 0.5), "sm90_packed" (short sequences sharing query
+                         * window; since 0.5), "sm90_fp8_softcap" (FP8 plans with a softcap, window
+                         * or not; since 0.5), "sm90_packed" (short sequences sharing query
                          * tiles: PACKED PLANS; causal 0, serves causal plans too; since 0.3),
                          * "sm90_paged" (over a paged KV cache: chunked
                          * prefill, exact head dim; since 0.2), "sm90_paged_softcap" (the same with

@@ -77,13 +77,16 @@
  *   on cards other than SM90) fail with FAS_ERROR_NOT_BUILT. A row that sees no key (e.g.
  *   left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans over contiguous K and V take a
  *   left window (right 0 or -1) on FP8 kernels of their own (family "sm90_fp8_window", since 0.5;
- *   `full` builds them causal at head dims 128 and 256; elsewhere FAS_ERROR_NOT_BUILT). Softcap
+ *   `full` builds them causal at head dims 128 and 256; elsewhere FAS_ERROR_NOT_BUILT; with a
+ *   softcap too, "sm90_fp8_softcap" below). Softcap
  *   (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family
  *   "sm90_softcap" in fas_get_kernel_info; `full` builds them at head dims 128 and 256, with
  *   round-up below them; chunked prefill over a paged cache on "sm90_paged_softcap", since 0.5,
- *   at the exact head dims built, 128 and 256 in `full`), FA2 on any of its kernels, the paged
- *   family on its decode kernel (as windows); the 64-row paged tiles and FP8 plans take none
- *   yet. The LSE is that of the capped scores.
+ *   at the exact head dims built, 128 and 256 in `full`; FP8 plans over contiguous K and V,
+ *   with a left window or not, on "sm90_fp8_softcap", since 0.5, causal at head dims 128 and 256
+ *   in `full`, rounding up as the FP8 kernels do), FA2 on any of its kernels, the paged family on
+ *   its decode kernel (as windows); the 64-row paged tiles take none. The LSE is that of the
+ *   capped scores.
  *
  *   SINKS (since 0.5; fas_plan_args.use_sinks, gpt-oss's attention sinks): a learned logit s_h
  *   per query head joins every row's softmax as one more score that has no value. With x_j the

@@ -2,15 +2,17 @@
 // kernels (warp-specialized, TMA, WGMMA), fp16/bf16 (StandardAttention math) and FP8 e4m3 inputs
 // (StandardFP8Attention, per-head descales); the 16-bit varlen and paged kernels take a left
 // window (FlashInfer's sliding-window mask and key-tile range), FP8 plans with one run on FP8
-// kernels of their own (launch_ragged_fp8_window). What is ours: the tile shapes (sm90/tiles.h),
+// kernels of their own (launch_ragged_fp8_window), and so do FP8 plans with a softcap
+// (launch_ragged_fp8_softcap). What is ours: the tile shapes (sm90/tiles.h),
 // the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues (sm90/ordered_epilogue.cuh;
 // the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout
 // (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh) and the arguments; the
 // kernels and the other collectives are the pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
 // launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_fp8_window<OutputDtype,
-// HeadDim, Causal>, launch_ragged_softcap<Dtype, HeadDim, Causal> or launch_ragged_packed<Dtype,
-// HeadDim, false> specialization.
+// HeadDim, Causal>, launch_ragged_fp8_softcap<OutputDtype, HeadDim, Causal>,
+// launch_ragged_softcap<Dtype, HeadDim, Causal> or launch_ragged_packed<Dtype, HeadDim, false>
+// specialization.
 #ifndef FAS_SM90_LAUNCH_CUH
 #define FAS_SM90_LAUNCH_CUH
 
@@ -73,6 +75,11 @@ struct Fp8Descales {
     float scale_k_scalar;
     const float* maybe_scale_v;
     float scale_v_scalar;
+};
+
+// Of the FP8 softcap kernels: the same and the cap (OrderedEpilogueFP8Attention<D, true> reads it).
+struct Fp8DescalesAndCap : Fp8Descales {
+    float logits_soft_cap;
 };
 
 // What a 16-bit kernel's attention variant does to the scores, each its own kernels so that the
@@ -138,14 +145,16 @@ struct Assembly16 {
     }
 };
 
-// Window: compiled with FlashInfer's left-window template (launch_ragged_fp8_window's kernels).
-template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages, bool Window = false>
+// Window: compiled with FlashInfer's left-window template (launch_ragged_fp8_window's and
+// launch_ragged_fp8_softcap's kernels); Softcap: a tanh per score (launch_ragged_fp8_softcap).
+template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages, bool Window = false,
+          bool Softcap = false>
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
-    using Additional = Fp8Descales;
+    using Additional = std::conditional_t<Softcap, Fp8DescalesAndCap, Fp8Descales>;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
-                                                        OrderedEpilogueFP8Attention<HeadDim>>;
+                                                        OrderedEpilogueFP8Attention<HeadDim, Softcap>>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
     // Our epilogue (column-predicated: round-up) where smem_o has its own bytes; with the V^T
@@ -161,7 +170,12 @@ struct AssemblyFp8 {
                                                                                 Causal, SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) {
-        return {args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f};
+        const Fp8Descales descales{args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f};
+        if constexpr (Softcap) {
+            return {descales, args.softcap};
+        } else {
+            return descales;
+        }
     }
 };
 
@@ -267,6 +281,19 @@ cudaError_t run_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream) {
         return cudaErrorInvalidValue;
     }
     using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true>;
+    return launch_varlen<Assembly, cutlass::float_e4m3_t, Output>(args, stream);
+}
+
+// FP8 plans with a logits softcap, with or without a left window (one kernel, FlashInfer's
+// left-window template; a plan without a window passes kNoWindow, as the 16-bit kernels do).
+template <typename Output, int HeadDim, bool Causal>
+cudaError_t run_ragged_fp8_softcap(const RaggedArgs& args, cudaStream_t stream) {
+    constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
+    if (!fp8_kernel_serves(HeadDim, args.head_dim) || !(args.softcap > 0.f) || args.sinks != nullptr) {
+        return cudaErrorInvalidValue;
+    }
+    using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true,
+                                 /*Softcap=*/true>;
     return launch_varlen<Assembly, cutlass::float_e4m3_t, Output>(args, stream);
 }
 

@@ -46,12 +46,16 @@ namespace fas_sm90 {
 // pick the FP8 epilogue below; its softmax is the kernels' (sm90/softmax.cuh). Where softmax_choice
 // folds P's scale (kFoldPScale), P reaches e4m3's range through its exponent (2^(x + log2 448))
 // instead of a multiply per score after the softmax (PQuantize), and O / sum needs only V's scale.
-template <int HeadDim>
+// Softcap: scores capped as cap * tanh(score / cap) (Fp8DescalesAndCap's cap), the descales and
+// the softmax scale applied before the tanh and the cap folded into the softmax's scale, as
+// FlashInfer's LogitsSoftCap does for 16-bit inputs.
+template <int HeadDim, bool Softcap = false>
 struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
-    static constexpr bool kFoldPScale = softmax_choice(/*fp8=*/true, HeadDim, /*softcap=*/false).fold_p_scale;
+    static constexpr bool kFoldPScale = softmax_choice(/*fp8=*/true, HeadDim, Softcap).fold_p_scale;
     // log2 of p_scale, e4m3's largest value (448; the FP8 kernels take e4m3 only): a constant, not
     // a MUFU.LG2 per work tile.
     static constexpr float kLog2PScale = 8.80735492205760410749f;
+    float pre_tanh_scale = 1.f;  // softcap: (q, k descales) x softmax scale / cap
 
     template <typename MainloopParams, typename BlockCoord>
     __device__ OrderedEpilogueFP8Attention(const MainloopParams& params, const BlockCoord& block_coord)
@@ -59,11 +63,16 @@ struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
         static_assert(!kFoldPScale || std::is_same_v<typename MainloopParams::DTypeKV, cutlass::float_e4m3_t>,
                       "kLog2PScale is e4m3's");
         if constexpr (kFoldPScale) scale_pv *= p_scale;  // v_scale: the row sums carry p_scale too
+        if constexpr (Softcap) {
+            const float cap = params.additional_params.logits_soft_cap;
+            pre_tanh_scale = sm_scale_with_qk_log2 * (1.f / flashinfer::math::log2e) / cap;
+            sm_scale_with_qk_log2 = flashinfer::math::log2e * cap;
+        }
     }
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/true> updater(sm_scale_with_qk_log2);
+        Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/true, Softcap> updater(sm_scale_with_qk_log2);
         if constexpr (kFoldPScale) updater.log2_prescale = kLog2PScale;
         return updater;
     }
@@ -72,6 +81,11 @@ struct OrderedEpilogueFP8Attention : flashinfer::StandardFP8Attention {
     __device__ __forceinline__ void PQuantize(Tensor0& tSrS) {
         if constexpr (!kFoldPScale) flashinfer::StandardFP8Attention::PQuantize(tSrS);
     }
+
+    REGISTER_LOGITS_TRANSFORM(params, logits, batch_idx, qo_idx, kv_idx, qo_head_idx, kv_head_idx, {
+        if constexpr (Softcap) return flashinfer::math::tanh(logits * pre_tanh_scale);
+        return logits;
+    })
 };
 
 // Threads that copy one output row: 16-byte vectors, a power of two that divides the row's
@@ -241,9 +255,10 @@ struct Epilogue16 {
 namespace flashinfer {
 
 template <bool kUseTmaLoadKV, int kHeadDim, int kCtaQ, int kCtaKV, int kStages, typename DTypeQ, typename DTypeKV,
-          typename DTypeO, typename IdType>
+          typename DTypeO, typename IdType, bool kSoftcap>
 struct FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
-                                                      DTypeO, IdType, fas_sm90::OrderedEpilogueFP8Attention<kHeadDim>>>
+                                                      DTypeO, IdType,
+                                                      fas_sm90::OrderedEpilogueFP8Attention<kHeadDim, kSoftcap>>>
     : FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages, DTypeQ, DTypeKV,
                                                      DTypeO, IdType, StandardFP8Attention>> {
     using Upstream = FP8CollectiveEpilogue<FP8AttentionKernelTraits<kUseTmaLoadKV, kHeadDim, kCtaQ, kCtaKV, kStages,

@@ -64,8 +64,8 @@ struct RaggedArgs {
     // all. fp16/bf16 varlen and paged kernels, and FP8 ones of launch_ragged_fp8_window (>= 0
     // there, -1 on the other FP8 kernels); the right side is the kernel's causal flag.
     int window_left;
-    // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap and
-    // launch_paged_ragged_softcap kernels only).
+    // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap,
+    // launch_ragged_fp8_softcap and launch_paged_ragged_softcap kernels only).
     float softcap;
     // FP8 kernels only: optional device fp32 arrays, per query head (q) and per KV head (k, v);
     // a stored value times its descale is the real value. NULL = 1.
@@ -114,6 +114,11 @@ cudaError_t launch_paged_ragged(const RaggedArgs& args, cudaStream_t stream);
 // plain FP8 ones, the template cost their plans 3-6% at 1k-token sequences).
 template <int OutputDtype, int HeadDim, bool Causal>
 cudaError_t launch_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream);
+
+// FP8 e4m3 q/k/v varlen with a logits softcap (args.softcap > 0), with or without a left window
+// (one kernel: FlashInfer's left-window template), OutputDtype fp16 or bf16; no sinks.
+template <int OutputDtype, int HeadDim, bool Causal>
+cudaError_t launch_ragged_fp8_softcap(const RaggedArgs& args, cudaStream_t stream);
 
 // 16-bit varlen with a logits softcap (args.softcap > 0).
 template <int Dtype, int HeadDim, bool Causal>

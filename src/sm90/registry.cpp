@@ -1,7 +1,7 @@
 // The SM90 kernels of this build, from the build-generated kernel_registry.inc (their
 // declarations and their list): each is an explicit specialization of fas_sm90::launch_ragged,
-// launch_ragged_fp8_window, launch_paged_ragged, launch_paged_ragged_softcap, launch_ragged_softcap
-// or launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
+// launch_ragged_fp8_window, launch_ragged_fp8_softcap, launch_paged_ragged,
+// launch_paged_ragged_softcap, launch_ragged_softcap or launch_ragged_packed, defined in its own kernel TU (kernels/sm90_*.cu).
 #include "core/status.h"
 #include "sm90/packed_args.h"
 #include "sm90/sm90.h"
@@ -21,6 +21,8 @@ namespace {
     {InEnum, OutEnum, HeadDim, IsCausal, false, false, false, false, InfoFamily, &fas_sm90::launch_ragged<InEnum, OutEnum, HeadDim, IsCausal>},
 #define FAS_SM90_WINDOWED_FP8(OutEnum, HeadDim, IsCausal, InfoFamily) \
     {FAS_DTYPE_E4M3, OutEnum, HeadDim, IsCausal, false, false, false, true, InfoFamily, &fas_sm90::launch_ragged_fp8_window<OutEnum, HeadDim, IsCausal>},
+#define FAS_SM90_FP8_SOFTCAP(OutEnum, HeadDim, IsCausal, InfoFamily) \
+    {FAS_DTYPE_E4M3, OutEnum, HeadDim, IsCausal, false, true, false, false, InfoFamily, &fas_sm90::launch_ragged_fp8_softcap<OutEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED(DtypeEnum, HeadDim, IsCausal, InfoFamily) \
     {DtypeEnum, DtypeEnum, HeadDim, IsCausal, true, false, false, false, InfoFamily, &fas_sm90::launch_paged_ragged<DtypeEnum, HeadDim, IsCausal>},
 #define FAS_SM90_PAGED_SOFTCAP(DtypeEnum, HeadDim, IsCausal, InfoFamily) \

@@ -26,11 +26,13 @@ struct Kernel {
     int head_dim;
     bool causal;
     bool paged;    // reads a paged KV cache (launch_paged_ragged)
-    bool softcap;  // caps scores (launch_ragged_softcap, launch_paged_ragged_softcap); the others take softcap 0 only
+    bool softcap;  // caps scores (launch_ragged_softcap, launch_ragged_fp8_softcap, launch_paged_ragged_softcap);
+                   // the others take softcap 0 only
     bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
                    // built non-causal, it serves causal and windowed packed plans through its row table
-    bool fp8_window;  // FP8 with a left window (launch_ragged_fp8_window): FP8 plans with one run only
-                      // there, plans without one only on the other FP8 kernels
+    bool fp8_window;  // FP8 with a left window (launch_ragged_fp8_window): FP8 plans with one and no
+                      // softcap run only there, plans without one only on the other FP8 kernels (the
+                      // FP8 softcap ones take either)
     const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
     RaggedLaunchFn launch;
 };

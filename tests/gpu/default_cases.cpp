@@ -100,23 +100,28 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         }
     }
     // Logits softcap 30 and 50 (Grok, Gemma 2), alone and with a left window (causal and not),
-    // head dims 128 and 80; SM90 where a softcap kernel serves it (sm90_softcap), else FA2, else
-    // skipped. Lengths of one to three 128-key tiles (37, 200, 300).
-    bool sm90_softcap = false;
-    for (int index = 0; index < fas_num_kernels(); ++index) {
-        fas_kernel_info info;
-        if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_softcap") == 0 &&
-            info.dtype == dtype && info.head_dim == 128) {
-            sm90_softcap = true;
+    // head dims 128, 80 and 256 (Gemma 2's); SM90 where a softcap kernel serves the head dim
+    // (sm90_softcap: built at it or above it), else FA2, else skipped. Lengths of one to three
+    // 128-key tiles (37, 200, 300).
+    const auto sm90_softcap_serves = [dtype](int head_dim) {
+        for (int index = 0; index < fas_num_kernels(); ++index) {
+            fas_kernel_info info;
+            if (fas_get_kernel_info(index, &info) == FAS_SUCCESS && std::strcmp(info.family, "sm90_softcap") == 0 &&
+                info.dtype == dtype && info.head_dim >= head_dim) {
+                return true;
+            }
         }
-    }
+        return false;
+    };
     const struct {
         float cap;
         int head_dim, left, heads_q, heads_kv;
         bool causal;
     } capped[] = {{30.f, 128, -1, 16, 2, true}, {50.f, 128, -1, 8, 8, false}, {50.f, 128, 64, 14, 2, true},
-                  {50.f, 128, 64, 8, 8, false}, {30.f, 80, -1, 16, 16, false}};
+                  {50.f, 128, 64, 8, 8, false}, {30.f, 80, -1, 16, 16, false}, {50.f, 256, -1, 8, 4, true},
+                  {50.f, 256, 300, 8, 4, true}};
     for (const auto& cap : capped) {
+        const bool sm90_softcap = sm90_softcap_serves(cap.head_dim);
         if (!sm90_softcap && fas_query_support(dtype, cap.head_dim, cap.causal && cap.left < 0, nullptr) != FAS_SUCCESS) {
             continue;  // neither an SM90 softcap kernel nor FA2 in this build
         }
@@ -223,6 +228,23 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 window.window_left = left;
                 window.window_right = info.causal ? 0 : -1;
                 cases.push_back(window);
+            }
+            continue;
+        }
+        if (std::strcmp(info.family, "sm90_fp8_softcap") == 0) {
+            // FP8 softcap: 50 alone (Gemma 2's global layers) and 30 with left windows of 0 and
+            // 300 keys (its local ones are 4096), right 0 on the causal kernel and -1 on the other.
+            for (const int left : {-1, 0, 300}) {
+                AttentionCase soft = plan_case("kernel-sm90-fp8-softcap" + (left < 0 ? std::string() : "-window-" +
+                                                                            std::to_string(left)),
+                                               dtype, 16, 2, info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
+                                               FAS_FAMILY_SM90);
+                soft.fp8 = true;
+                soft.softcap = left < 0 ? 50.f : 30.f;
+                soft.use_window = left >= 0;
+                soft.window_left = left;
+                soft.window_right = info.causal ? 0 : -1;
+                cases.push_back(soft);
             }
             continue;
         }
