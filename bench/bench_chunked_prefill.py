@@ -4,7 +4,7 @@ KV against PyTorch SDPA in the same run on the same GPU.
 
     python3 bench/bench_chunked_prefill.py --artifact artifacts/0.2.0/minimal-cuda12.4-sm90a
 
-Rows: batch x (queries, keys), GQA 16/2, head dim 128, bf16. Columns: TFLOPS of the library on
+Rows: batch x (queries, keys), GQA 16/2, head dim 128 (`--head-dim`: 64 or 256), bf16. Columns: TFLOPS of the library on
 contiguous KV (an SM90 varlen plan), on paged caches of 16 and 64 keys per page (pages shuffled;
 the SM90 paged kernel where built), on pages of 16 through the paged family (disable_sm90: the
 FA2-class kernel that served these plans before), SDPA cuDNN and flash with a lower-right causal
@@ -44,14 +44,15 @@ def window_mask(rows: int, queries: int, keys: int, window: int) -> torch.Tensor
     return (key <= diagonal) & (key >= diagonal - window)
 
 
-def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1, softcap: float = 0.0):
+def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1, softcap: float = 0.0,
+            head_dim: int = HEAD_DIM):
     """(callables by column, plan infos, check): check() returns the library columns' max error
     against SDPA (math, fp32) on the same inputs."""
     torch.manual_seed(0)
     dev, dtype = "cuda", torch.bfloat16
     stream = torch.cuda.current_stream().cuda_stream
-    q = torch.randn(batch, queries, HEADS_Q, HEAD_DIM, device=dev, dtype=dtype)
-    k = torch.randn(batch, keys, HEADS_KV, HEAD_DIM, device=dev, dtype=dtype)
+    q = torch.randn(batch, queries, HEADS_Q, head_dim, device=dev, dtype=dtype)
+    k = torch.randn(batch, keys, HEADS_KV, head_dim, device=dev, dtype=dtype)
     v = torch.randn_like(k)
     out = torch.empty_like(q)
     fns, infos = {}, {}
@@ -66,7 +67,7 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1,
             fns[name] = refused  # median_ms_each reports the refusal in the column
 
     contiguous = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=HEADS_Q,
-                              num_heads_k=HEADS_KV, head_dim=HEAD_DIM, causal=1, stream=stream)
+                              num_heads_k=HEADS_KV, head_dim=head_dim, causal=1, stream=stream)
     fas_ctypes.uniform_lengths(contiguous, batch, queries, keys=keys)
     runner("contiguous", contiguous,
            PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream))
@@ -101,7 +102,7 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1,
             return F.scaled_dot_product_attention(q_rows, k_all, v_all, attn_mask=mask).transpose(1, 2)
 
         def exact_capped():
-            scores = q_rows @ k_all.transpose(-1, -2) / HEAD_DIM ** 0.5
+            scores = q_rows @ k_all.transpose(-1, -2) / head_dim ** 0.5
             scores = (softcap * torch.tanh(scores / softcap)).masked_fill(~window_mask(rows, queries, keys, keys),
                                                                           float("-inf"))
             return (scores.softmax(-1) @ v_all).transpose(1, 2)
@@ -136,10 +137,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--window", type=int, default=-1, help="also time a causal left window of W keys")
     parser.add_argument("--softcap", type=float, default=0.0, help="also time a logits softcap of C")
+    parser.add_argument("--head-dim", type=int, default=HEAD_DIM, choices=[64, 128, 256])
     args = parser.parse_args()
     lib = Library(args.artifact)
     print(f"GPU: {torch.cuda.get_device_name()}; library {lib.version()}; torch {torch.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {HEAD_DIM}, "
+          f"cuDNN {torch.backends.cudnn.version()}; bf16, GQA {HEADS_Q}/{HEADS_KV}, head dim {args.head_dim}, "
           "bottom-right causal; TFLOPS\n")
     columns = ("contiguous", "page16", "page64", "page16 paged family", "cudnn", "flash")
     extra = f" | paged 16, window {args.window} | per score / paged 16 | plan (window)" if args.window >= 0 else ""
@@ -148,9 +150,9 @@ def main() -> None:
           f"| SDPA cuDNN | SDPA flash | paged 16 / contiguous | paged 16 / best SDPA | plan (paged 16){extra} | max err |")
     print("| --- " * (11 + (3 if args.window >= 0 else 0) + (3 if args.softcap > 0 else 0)) + "|")
     for batch, queries, keys in ROWS:
-        fns, infos, check = row_fns(lib, batch, queries, keys, args.window, args.softcap)
+        fns, infos, check = row_fns(lib, batch, queries, keys, args.window, args.softcap, args.head_dim)
         times = median_ms_each(fns, args.repeats)
-        flops = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys)
+        flops = 4.0 * HEADS_Q * args.head_dim * batch * visible_pairs(queries, keys)
         t = {name: times.get(name) for name in columns}
         paged = t["page16"]
         sdpa = [x for x in (t["cudnn"], t["flash"]) if isinstance(x, float)]
@@ -159,7 +161,7 @@ def main() -> None:
         plan = plan_text(infos.get("page16"))
         windowed = ""
         if args.window >= 0:
-            in_window = 4.0 * HEADS_Q * HEAD_DIM * batch * visible_pairs(queries, keys, args.window)
+            in_window = 4.0 * HEADS_Q * args.head_dim * batch * visible_pairs(queries, keys, args.window)
             w = times.get("page16 window")
             per_score = (in_window / w) / (flops / paged) if isinstance(w, float) and isinstance(paged, float) else None
             windowed = (f" | {cell(in_window, w)} | {'n/a' if per_score is None else f'{per_score:.2f}'}"
