@@ -53,7 +53,7 @@ public:
         info->total_pages = plan_->total_pages;
         info->ctas_per_sm = 1;
         info->query_tiles = plan_->args.num_units * plan_->args.tiles_per_unit;
-        info->packed = plan_->kernel->packed ? 1 : 0;
+        info->packed = plan_->kernel->kind == fas_sm90::Kind::kPacked ? 1 : 0;
     }
 
 private:

@@ -210,7 +210,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     // (sm90/packed_args.h); the packed kernel takes causal plans and left windows through its row table.
     if (!kv.paged && !softcap && device.is_sm90()) {
         if (const fas_sm90::Kernel* packed = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                                   layout.causal, false, false, /*packed=*/true)) {
+                                                                   layout.causal, fas_sm90::Kind::kPacked)) {
             fas_sm90::PlanLayout candidate = *schedule;
             candidate.head_dim = packed->head_dim;
             candidate.packed = true;
@@ -223,12 +223,16 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     }
     // FP8 plans with a left window run on FP8 kernels of their own (family sm90_fp8_window), and with
     // a softcap on the FP8 softcap kernels, window or not (family sm90_fp8_softcap).
-    const bool fp8_window = layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0 && !softcap;
+    using fas_sm90::Kind;
+    const Kind kind = kv.paged ? (softcap ? Kind::kPagedSoftcap : Kind::kPaged)
+                      : softcap ? Kind::kSoftcap
+                      : layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0 ? Kind::kFp8Window
+                                                                                   : Kind::kPlain;
     std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                          layout.causal, device, kv.paged, softcap, fp8_window);
+                                                          layout.causal, device, kind);
     if (!why.empty()) return why;
-    const fas_sm90::Kernel* found = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                          layout.causal, kv.paged, softcap, false, fp8_window);
+    const fas_sm90::Kernel* found =
+        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kind);
     schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work
     if (kv.paged) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);

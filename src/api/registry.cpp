@@ -117,7 +117,7 @@ fas_status query_paged_support(fas_dtype dtype, int head_dim, int causal, int ma
     }
     // Paged plans with longer queries take the SM90 paged kernel where one is built (plan.cpp).
     const fas_sm90::Kernel* sm90 = max_query_len > kMaxDecodeQueries
-                                       ? fas_sm90::find_kernel(dtype, dtype, head_dim, causal != 0, /*paged=*/true)
+                                       ? fas_sm90::find_kernel(dtype, dtype, head_dim, causal != 0, fas_sm90::Kind::kPaged)
                                        : nullptr;
     if (sm90 != nullptr) {
         if (query_tile_rows != nullptr) *query_tile_rows = fas_sm90::query_tile_rows(*sm90);

@@ -41,7 +41,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     ragged.softcap = layout.softcap;
     ragged.softmax_scale = layout.softmax_scale;
     ragged.device = device.index;
-    if (kernel->paged) {
+    if (reads_pages(kernel->kind)) {
         ragged.page_stride = kv.k_page_stride;
         ragged.page_size = kv.page_size;
         plan->total_pages = static_cast<int>(kv.total_pages);  // at most INT32_MAX (read_kv_cache)
@@ -64,7 +64,7 @@ fas_status run_plan(const Plan& plan, const RunTensors& t, cudaStream_t stream) 
         }
     }
     RaggedArgs ragged = plan.args;
-    if (plan.kernel->paged) {
+    if (reads_pages(plan.kernel->kind)) {
         if (const fas_status status = fas::check_page_indices(t.page_indices, plan.total_pages); status != FAS_SUCCESS) {
             return status;
         }

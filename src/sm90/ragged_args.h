@@ -61,8 +61,9 @@ struct RaggedArgs {
     int head_dim;
     float softmax_scale;
     // Keys left of a query's diagonal key that it sees (FlashAttention's window_size_left), -1 =
-    // all. fp16/bf16 varlen and paged kernels, and FP8 ones of launch_ragged_fp8_window (>= 0
-    // there, -1 on the other FP8 kernels); the right side is the kernel's causal flag.
+    // all. fp16/bf16 varlen and paged kernels, FP8 ones of launch_ragged_fp8_window (>= 0 there)
+    // and of launch_ragged_fp8_softcap (either), -1 on the other FP8 kernels; the right side is the
+    // kernel's causal flag.
     int window_left;
     // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap,
     // launch_ragged_fp8_softcap and launch_paged_ragged_softcap kernels only).

@@ -20,19 +20,27 @@
 
 namespace fas_sm90 {
 
+// What a kernel serves beyond plain attention over contiguous K and V. A plan looks for kernels of
+// one kind only (plan.cpp), so each kind's kernels serve exactly the plans of that kind.
+enum class Kind : unsigned char {
+    kPlain,         // launch_ragged: varlen; 16-bit ones also take a left window, FP8 ones none
+    kSoftcap,       // launch_ragged_softcap (16-bit), launch_ragged_fp8_softcap (FP8, window or not):
+                    // scores capped; the other kinds take softcap 0 only
+    kPacked,        // launch_ragged_packed: short sequences share query tiles (sm90/packed_args.h);
+                    // built non-causal, it serves causal and windowed packed plans through its row table
+    kPaged,         // launch_paged_ragged: K and V from a paged cache
+    kPagedSoftcap,  // launch_paged_ragged_softcap: the same with a softcap
+    kFp8Window,     // launch_ragged_fp8_window: FP8 plans with a left window and no softcap
+};
+
+constexpr bool reads_pages(Kind kind) { return kind == Kind::kPaged || kind == Kind::kPagedSoftcap; }
+
 struct Kernel {
     fas_dtype dtype;      // of q, k, v
     fas_dtype out_dtype;  // of out: dtype, or fp16/bf16 for e4m3
     int head_dim;
     bool causal;
-    bool paged;    // reads a paged KV cache (launch_paged_ragged)
-    bool softcap;  // caps scores (launch_ragged_softcap, launch_ragged_fp8_softcap, launch_paged_ragged_softcap);
-                   // the others take softcap 0 only
-    bool packed;   // short sequences share query tiles (launch_ragged_packed, sm90/packed_args.h);
-                   // built non-causal, it serves causal and windowed packed plans through its row table
-    bool fp8_window;  // FP8 with a left window (launch_ragged_fp8_window): FP8 plans with one and no
-                      // softcap run only there, plans without one only on the other FP8 kernels (the
-                      // FP8 softcap ones take either)
+    Kind kind;
     const char* family;  // fas_kernel_info.family (its build family's info_family, kernel_registry.inc)
     RaggedLaunchFn launch;
 };
@@ -41,21 +49,18 @@ struct Kernel {
 int num_kernels();
 const Kernel& kernel(int index);
 
-// The kernel that serves (dtype, out_dtype, head_dim, causal, paged), or NULL: one of exactly
-// head_dim, else, for varlen requests, the narrowest built head dim above it (round-up: TMA
+// The kernel of `kind` that serves (dtype, out_dtype, head_dim, causal), or NULL: one of exactly
+// head_dim, else, for varlen kinds, the narrowest built head dim above it (round-up: TMA
 // zero-fills the missing columns, the epilogue writes only the real ones; FP8 kernels up to
-// kFp8RoundUpMaxHeadDim, for multiples of 16). out_dtype < 0: any output dtype (capability queries).
-bool rounds_up(fas_dtype dtype, bool paged, int head_dim, int kernel_head_dim);
-// packed: the packed kernels (launch_ragged_packed), which serve causal and non-causal plans;
-// fp8_window: the FP8 kernels with a left window (launch_ragged_fp8_window).
-const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, bool paged = false,
-                          bool softcap = false, bool packed = false, bool fp8_window = false);
+// kFp8RoundUpMaxHeadDim, for multiples of 16). out_dtype < 0: any output dtype (capability
+// queries). Packed kernels serve causal and non-causal plans.
+bool rounds_up(fas_dtype dtype, Kind kind, int head_dim, int kernel_head_dim);
+const Kernel* find_kernel(fas_dtype dtype, int out_dtype, int head_dim, bool causal, Kind kind = Kind::kPlain);
 
-// Empty if an SM90 kernel can serve (dtype, out_dtype, head_dim, causal, paged) on this device,
+// Empty if an SM90 kernel of `kind` can serve (dtype, out_dtype, head_dim, causal) on this device,
 // else why not.
 std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_dim, bool causal,
-                                      const fas::DeviceProps& device, bool paged = false, bool softcap = false,
-                                      bool fp8_window = false);
+                                      const fas::DeviceProps& device, Kind kind = Kind::kPlain);
 
 // Query rows per work tile of a kernel (tiles.h): what fas_plan_info.query_tile_rows reports.
 int query_tile_rows(const Kernel& kernel);
