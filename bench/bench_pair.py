@@ -6,7 +6,7 @@ against its baseline (issue 33: no bench row slower) without the spread between 
 Rows are bench_attention.py's (16 heads, 16384 tokens per shape; the vision tower at hd80, the
 Qwen-like varlen batch, the 4096-key window, softcap 50) and bench_few_tiles.py's fas_fwd rows.
 Each row times, for both builds in one median_ms_each dict: the plan reused (16-bit, and FP8
-e4m3 inputs for dense rows) and fas_fwd on the batch-layout tensors (dense and few-tiles rows).
+e4m3 inputs for dense, varlen, window and softcap rows) and fas_fwd on the batch-layout tensors (dense and few-tiles rows).
 Prints microseconds and after / before per (row, path); a path a build does not serve shows its
 error. Needs PyTorch and a GPU; both builds load into one process (paths differ, so does the
 handle), and the newer binding works with older builds (size-prefixed structs).
@@ -55,7 +55,7 @@ def _varlen(libs, q, k, v, out, causal, lengths, fp8=False, **masks) -> dict:
     paths = {"plan": _per_build(libs, lambda lib: lib.plan_fns(q, k, v, out, causal, lengths, **masks)[0])}
     if fp8:
         q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-        paths["fp8 plan"] = _per_build(libs, lambda lib: lib.plan_fns(q8, k8, v8, out, causal, lengths)[0])
+        paths["fp8 plan"] = _per_build(libs, lambda lib: lib.plan_fns(q8, k8, v8, out, causal, lengths, **masks)[0])
     return paths
 
 
@@ -90,12 +90,13 @@ def varlen(libs, args):
 
 def masks(libs, args):
     q, k, v, out = (torch.randn(32768, 16, 128, dtype=torch.bfloat16, device="cuda") for _ in range(4))
-    yield "bf16 hd128 causal window (4096, 0) 1x32768", _varlen(libs, q, k, v, out, True, [32768], window=(4096, 0))
+    yield "bf16 hd128 causal window (4096, 0) 1x32768", _varlen(libs, q, k, v, out, True, [32768], fp8=True,
+                                                                window=(4096, 0))
     for head_dim in (128, 256):
         q, k, v, out = (torch.randn(16384, 16, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(4))
         for causal in (False, True):
             yield (f"bf16 hd{head_dim} {'causal' if causal else 'full'} softcap 50 1x16384",
-                   _varlen(libs, q, k, v, out, causal, [16384], softcap=50.0))
+                   _varlen(libs, q, k, v, out, causal, [16384], fp8=True, softcap=50.0))
 
 
 def few_tiles(libs, args):
