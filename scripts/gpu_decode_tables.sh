@@ -21,15 +21,8 @@ unpack() {  # TARBALL DEST -> prints the artifact folder
 }
 new=$(unpack "$tarball" "$work/new") || exit 1
 old=$(unpack "$baseline" "$work/old") || exit 1
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
-run() {  # NAME COMMAND...: the command's output in OUT_DIR/NAME.log, headed by the card
-  local name=$1; shift
-  { echo "# $card: $*"; "$@"; } > "$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc"
-  [[ $rc -eq 0 ]] || status=1
-}
+# shellcheck source=gpu_table_run.sh
+source "$(dirname "$0")/gpu_table_run.sh"  # run NAME COMMAND...
 run decode python3 "$bench/bench_decode.py" --artifact "$new" --repeats 7
 run fp8-kv python3 "$bench/bench_fp8_kv.py" --artifact "$new" --repeats 7 --head-dims 64 128 256 --fp8-q
 for pass in 1 2; do

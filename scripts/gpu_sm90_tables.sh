@@ -24,15 +24,8 @@ done
 ((${#artifacts[@]})) || { echo "gpu_sm90_tables.sh: name at least one artifact folder" >&2; exit 2; }
 mkdir -p "$out"
 bench=$(cd "$(dirname "$0")/../bench" && pwd)
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-status=0
-run() {  # NAME COMMAND...: the command's output in OUT_DIR/NAME.log, headed by the card
-  local name=$1; shift
-  { echo "# $card: $*"; "$@"; } > "$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc"
-  [[ $rc -eq 0 ]] || status=1
-}
+# shellcheck source=gpu_table_run.sh
+source "$(dirname "$0")/gpu_table_run.sh"  # run NAME COMMAND...
 attention=(python3 "$bench/bench_attention.py" --artifact "${artifacts[@]}")
 run dense "${attention[@]}" --only dense --dtypes bf16 --head-dims 64 96 128 256 --seqlens 16384 --repeats 9
 run softcap "${attention[@]}" --only softcap --repeats 15
