@@ -6,7 +6,7 @@ namespace fas_sm90 {
 
 template <>
 cudaError_t launch_ragged_fp8_softcap<0, 128, true>(const RaggedArgs& args, cudaStream_t stream) {
-    return run_ragged_fp8_softcap<cutlass::half_t, 128, true>(args, stream);
+    return run_ragged_fp8_windowed<cutlass::half_t, 128, true, true>(args, stream);
 }
 
 }  // namespace fas_sm90

@@ -6,7 +6,7 @@ namespace fas_sm90 {
 
 template <>
 cudaError_t launch_ragged_fp8_window<0, 256, true>(const RaggedArgs& args, cudaStream_t stream) {
-    return run_ragged_fp8_window<cutlass::half_t, 256, true>(args, stream);
+    return run_ragged_fp8_windowed<cutlass::half_t, 256, true, false>(args, stream);
 }
 
 }  // namespace fas_sm90

@@ -163,14 +163,17 @@ def sm90_symbol(tu) -> str:
     return f"fas_sm90::launch_ragged<{_sm90_template_args(tu)}>"
 
 
-def _render_sm90_fp8(tu, what: str, run: str) -> str:
-    """An FP8 varlen TU whose launcher takes the output dtype only (run: run_ragged_fp8_window, ...)."""
+def _render_sm90_fp8_windowed(tu, what: str, softcap: bool) -> str:
+    """An FP8 varlen TU on the kernels with the left-window template (sm90/launch.cuh's
+    run_ragged_fp8_windowed), whose launcher takes the output dtype only."""
     return _sm90_source(tu, f"FlashInfer SM90 ragged prefill, FP8 {tu.input_dtype} in, {tu.dtype} out, {what}",
-                        "sm90/launch.cuh", f"{run}<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}>")
+                        "sm90/launch.cuh",
+                        f"run_ragged_fp8_windowed<{DTYPES[tu.dtype].cutlass}, {tu.head_dim}, {_cpp_bool(tu.causal)}, "
+                        f"{_cpp_bool(softcap)}>")
 
 
 def render_sm90_fp8_window(tu) -> str:
-    return _render_sm90_fp8(tu, "with a left window", "run_ragged_fp8_window")
+    return _render_sm90_fp8_windowed(tu, "with a left window", softcap=False)
 
 
 def sm90_fp8_window_symbol(tu) -> str:
@@ -178,8 +181,8 @@ def sm90_fp8_window_symbol(tu) -> str:
 
 
 def render_sm90_fp8_softcap(tu) -> str:
-    return _render_sm90_fp8(tu, "with a logits softcap (and a left window where the plan has one)",
-                            "run_ragged_fp8_softcap")
+    return _render_sm90_fp8_windowed(tu, "with a logits softcap (and a left window where the plan has one)",
+                                     softcap=True)
 
 
 def sm90_fp8_softcap_symbol(tu) -> str:

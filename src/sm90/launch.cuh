@@ -272,28 +272,18 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     return launch_varlen<Assembly, Input, Output>(args, stream);
 }
 
-// FP8 plans with a left window, on the FP8 assembly with FlashInfer's left-window template.
-template <typename Output, int HeadDim, bool Causal>
-cudaError_t run_ragged_fp8_window(const RaggedArgs& args, cudaStream_t stream) {
+// FP8 plans on the FP8 assembly with FlashInfer's left-window template: with a left window and no
+// softcap (Softcap false: launch_ragged_fp8_window's kernels), or with a softcap, window or not
+// (launch_ragged_fp8_softcap's; a plan without a window passes kNoWindow, as the 16-bit kernels do).
+template <typename Output, int HeadDim, bool Causal, bool Softcap>
+cudaError_t run_ragged_fp8_windowed(const RaggedArgs& args, cudaStream_t stream) {
     constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
-    if (!fp8_kernel_serves(HeadDim, args.head_dim) || args.window_left < 0 || args.softcap > 0.f ||
-        args.sinks != nullptr) {
+    if (!fp8_kernel_serves(HeadDim, args.head_dim) || args.sinks != nullptr || (args.softcap > 0.f) != Softcap ||
+        (!Softcap && args.window_left < 0)) {
         return cudaErrorInvalidValue;
     }
-    using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true>;
-    return launch_varlen<Assembly, cutlass::float_e4m3_t, Output>(args, stream);
-}
-
-// FP8 plans with a logits softcap, with or without a left window (one kernel, FlashInfer's
-// left-window template; a plan without a window passes kNoWindow, as the 16-bit kernels do).
-template <typename Output, int HeadDim, bool Causal>
-cudaError_t run_ragged_fp8_softcap(const RaggedArgs& args, cudaStream_t stream) {
-    constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
-    if (!fp8_kernel_serves(HeadDim, args.head_dim) || !(args.softcap > 0.f) || args.sinks != nullptr) {
-        return cudaErrorInvalidValue;
-    }
-    using Assembly = AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true,
-                                 /*Softcap=*/true>;
+    using Assembly =
+        AssemblyFp8<Output, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, /*Window=*/true, Softcap>;
     return launch_varlen<Assembly, cutlass::float_e4m3_t, Output>(args, stream);
 }
 

@@ -182,10 +182,10 @@ WindowUnits window_units(const PlanLayout& layout) {
     return out;
 }
 
-int64_t count_units(const PlanLayout& layout) {
-    if (windowed_causal(layout)) return static_cast<int64_t>(window_units(layout).units.size());
+// Units of a plan that pairs tiles by position (window_units lists the windowed causal ones) or,
+// per_unit = 1, the plan's tiles: a bound on any plan's units.
+int64_t count_units(const PlanLayout& layout, int per_unit) {
     const int rows = query_tile_rows(layout);
-    const int per_unit = tiles_per_unit(layout);
     int64_t units = 0;
     for (int i = 0; i < layout.batch_size; ++i) {
         const int64_t length = static_cast<int64_t>(layout.cu_seqlens_q[i + 1]) - layout.cu_seqlens_q[i];
@@ -260,8 +260,11 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
     }
     // Work items are (tile, head) pairs counted in int32 by the kernel's scheduler, with room for
     // one round of CTAs past the end.
-    // Packs never outnumber the sequences with queries: that bound serves the limit without packing again.
-    const int64_t units = layout.packed ? sequences_with_queries(layout) : count_units(layout);
+    // Packs never outnumber the sequences with queries, nor a windowed causal plan's units its tiles:
+    // those bounds serve the limit without packing or pairing here.
+    const int64_t units = layout.packed             ? sequences_with_queries(layout)
+                          : windowed_causal(layout) ? count_units(layout, 1)
+                                                    : count_units(layout, tiles_per_unit(layout));
     const int64_t items = units * layout.num_heads_q;
     if (items > INT32_MAX / 2) {
         why << "the layout has " << items << " (query tile unit, head) work items; the SM90 scheduler indexes at most "
@@ -289,7 +292,7 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
             windowed = window_units(layout);  // listed once, for the count and the list
             units = static_cast<int64_t>(windowed.units.size());
         } else {
-            units = count_units(layout);
+            units = count_units(layout, tiles_per_unit(layout));
         }
     } catch (const std::bad_alloc&) {
         schedule_destroy(schedule);

@@ -216,35 +216,24 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
             cases.push_back(decode);
             continue;
         }
-        if (std::strcmp(info.family, "sm90_fp8_window") == 0) {
-            // FP8 left windows: widths 0, 64 and 300 over one to four key tiles and a long
-            // sequence, right 0 on the causal kernel and -1 on the other.
-            for (const int left : {0, 64, 300}) {
-                AttentionCase window = plan_case("kernel-sm90-fp8-window-" + std::to_string(left), dtype, 16, 2,
-                                                 info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
-                                                 FAS_FAMILY_SM90);
-                window.fp8 = true;
-                window.use_window = true;
-                window.window_left = left;
-                window.window_right = info.causal ? 0 : -1;
-                cases.push_back(window);
-            }
-            continue;
-        }
-        if (std::strcmp(info.family, "sm90_fp8_softcap") == 0) {
-            // FP8 softcap: 50 alone (Gemma 2's global layers) and 30 with left windows of 0 and
-            // 300 keys (its local ones are 4096), right 0 on the causal kernel and -1 on the other.
-            for (const int left : {-1, 0, 300}) {
-                AttentionCase soft = plan_case("kernel-sm90-fp8-softcap" + (left < 0 ? std::string() : "-window-" +
-                                                                            std::to_string(left)),
-                                               dtype, 16, 2, info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
-                                               FAS_FAMILY_SM90);
-                soft.fp8 = true;
-                soft.softcap = left < 0 ? 50.f : 30.f;
-                soft.use_window = left >= 0;
-                soft.window_left = left;
-                soft.window_right = info.causal ? 0 : -1;
-                cases.push_back(soft);
+        const bool fp8_window = std::strcmp(info.family, "sm90_fp8_window") == 0;
+        if (fp8_window || std::strcmp(info.family, "sm90_fp8_softcap") == 0) {
+            // The FP8 kernels with the window template, over one to four key tiles and a long
+            // sequence, right 0 on the causal kernel and -1 on the other. Windows: left widths 0,
+            // 64 and 300. Softcap: 50 alone (Gemma 2's global layers) and 30 with left windows of 0
+            // and 300 keys (its local ones are 4096).
+            for (const int left : fp8_window ? std::vector<int>{0, 64, 300} : std::vector<int>{-1, 0, 300}) {
+                const std::string name = fp8_window ? "kernel-sm90-fp8-window-" + std::to_string(left)
+                                         : left < 0 ? std::string("kernel-sm90-fp8-softcap")
+                                                    : "kernel-sm90-fp8-softcap-window-" + std::to_string(left);
+                AttentionCase c = plan_case(name, dtype, 16, 2, info.head_dim, info.causal != 0, {1, 37, 200, 500, 2000},
+                                            FAS_FAMILY_SM90);
+                c.fp8 = true;
+                c.softcap = fp8_window ? 0.f : left < 0 ? 50.f : 30.f;
+                c.use_window = left >= 0;
+                c.window_left = left;
+                c.window_right = info.causal ? 0 : -1;
+                cases.push_back(c);
             }
             continue;
         }
