@@ -13,9 +13,12 @@
 //  * stores every column of the tile and needs head_dim / 8 to divide the consumer threads (no
 //    head dim 96 or 192 with 128-row tiles).
 //
-// Here: one full consumer barrier between staging and the copy, and one after the copy (which
-// also keeps the next tile's staging off smem_o until every copy is done); where smem_o overlays
-// V (sm90/shared_storage.cuh), staging waits for all consumers to be done with V first. The copy
+// Here, where smem_o has bytes of its own: each warp stages its own 16 rows of the tile (the rows
+// its accumulator holds) and copies them out itself, ordered by __syncwarp alone, so no warp
+// waits for another and the warpgroups keep their ping-pong stagger into the next work item.
+// Where smem_o overlays V (sm90/shared_storage.cuh): staging waits for all consumers to be done
+// with V, then one full consumer barrier between staging and the copy, and one after the copy
+// (which keeps the next tile's V and staging off smem_o until every copy is done). The copy
 // to global memory predicates rows and columns: a kernel of head dim D serves a narrower head
 // dim d (a multiple of 8, d <= D) whose tensors the mainloop reads through tensor maps of width
 // d (TMA fills the missing columns with zeros, so they add nothing to Q.K and give zero output
@@ -119,11 +122,20 @@ struct Epilogue16 {
     static constexpr int kVector = 16 / sizeof(DTypeO);
     static constexpr int kThreadsPerRow = copy_threads_per_row(kHeadDim / kVector);
     static_assert(kConsumers % kThreadsPerRow == 0, "consumer threads must tile the output rows");
-    using CopyOut = decltype(cute::make_tiled_copy(
+    // 16-byte vectors, kThreadsPerRow threads a row, over `threads` threads.
+    template <int threads>
+    using RowCopy = decltype(cute::make_tiled_copy(
         cute::Copy_Atom<cute::UniversalCopy<cutlass::uint128_t>, DTypeO>{},
-        cute::make_layout(cute::make_shape(cute::Int<kConsumers / kThreadsPerRow>{}, cute::Int<kThreadsPerRow>{}),
+        cute::make_layout(cute::make_shape(cute::Int<threads / kThreadsPerRow>{}, cute::Int<kThreadsPerRow>{}),
                           cute::LayoutRight{}),
         cute::make_layout(cute::make_shape(cute::_1{}, cute::Int<kVector>{}), cute::LayoutRight{})));
+    using CopyOut = RowCopy<kConsumers>;  // the whole tile over every consumer thread
+    // A warp's rows: a warpgroup's accumulator gives warp w rows 16 w to 16 w + 15.
+    static constexpr int kWarpRows = 16;
+    static_assert(kCtaQ == kWarpRows * (kConsumers / cutlass::NumThreadsPerWarp), "16 rows a consumer warp");
+    static_assert(kWarpRows % (cutlass::NumThreadsPerWarp / kThreadsPerRow) == 0, "a warp's copy tiles its rows");
+    using CopyWarp = RowCopy<cutlass::NumThreadsPerWarp>;
+    using TileWarp = cute::Shape<cute::Int<kWarpRows>, cute::Int<kHeadDim>>;
 
     // out: (rows, head dim, heads) with the real head dim (<= kHeadDim); LSE token-major.
     using LayoutO = cute::Layout<cute::Shape<int32_t, int32_t, int32_t>, cute::Stride<int64_t, cute::_1, int64_t>>;
@@ -172,25 +184,23 @@ struct Epilogue16 {
                                                      Shape<Int<kCtaQ>>{}, at.qo_head, at.qo_start, at.qo_len)(_, at.tile);
     }
 
-    // Copies this thread's vectors of src (its partition of a tile) that fall inside the tile's
-    // rows and the real columns to out.
-    template <typename Src>
-    static CUTLASS_DEVICE void copy_inside(const Params& params, const Src& src, int thread_idx, const Where& at) {
+    // Copies this thread's vectors of src (its partition, as thread `idx` of Copy, of a tile like
+    // dst) that fall inside dst's first rows_left rows and first `columns` columns to dst.
+    template <typename Copy, typename Src, typename Dst>
+    static CUTLASS_DEVICE void copy_inside(const Src& src, Dst dst_tile, int idx, int rows_left, int columns) {
         using namespace cute;
-        CopyOut copy_out;
-        auto thread_copy = copy_out.get_slice(thread_idx);
-        Tensor dst = flashinfer::flatten_1(thread_copy.partition_D(out_tile(params, at)));
-        const int rows_left = at.rows_left();
-        const int columns = get<1>(params.layout_O.shape());
-        if (rows_left >= kCtaQ && columns == kHeadDim) {
-            copy(copy_out, src, dst);
+        Copy copy_op;
+        auto thread_copy = copy_op.get_slice(idx);
+        Tensor dst = flashinfer::flatten_1(thread_copy.partition_D(dst_tile));
+        if (rows_left >= int(size<0>(dst_tile)) && columns == kHeadDim) {
+            copy(copy_op, src, dst);
         } else {
-            Tensor coords = flashinfer::flatten_1(thread_copy.partition_D(make_identity_tensor(TileO{})));
+            Tensor coords = flashinfer::flatten_1(thread_copy.partition_D(make_identity_tensor(shape(dst_tile))));
             auto inside = [&](auto i) {
                 auto coord = coords(_0{}, i);
                 return get<0>(coord) < rows_left && get<1>(coord) < columns;
             };
-            copy_if(copy_out, inside, src, dst);
+            copy_if(copy_op, inside, src, dst);
         }
     }
 
@@ -201,10 +211,17 @@ struct Epilogue16 {
                               const BlockCoord& block_coord) {
         using namespace cute;
         const Where at = where(block_coord);
+        const int columns = get<1>(params.layout_O.shape());
         Tensor staged = make_tensor(make_smem_ptr(shared_storage.smem_o.data()), SmemLayoutO{});
+        constexpr bool kOverlay = kOOverlaysV<SharedStorage>;
 
-        // Where smem_o overlays smem_v, no consumer may still be reading V.
-        if constexpr (kOOverlaysV<SharedStorage>) consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
+        // Where smem_o overlays smem_v, no consumer may still be reading V; else this warp's
+        // lanes are done copying its rows of the previous tile.
+        if constexpr (kOverlay) {
+            consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
+        } else {
+            __syncwarp();
+        }
         {
             auto stsm = make_tiled_copy_C(StageAtom{}, tiled_mma);
             auto thread_stsm = stsm.get_thread_slice(thread_idx);
@@ -226,12 +243,26 @@ struct Epilogue16 {
             }
         }
 
-        // Every warpgroup's rows are staged before anyone copies the tile out.
-        consumers_sync(cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-        copy_inside(params, flashinfer::flatten_1(CopyOut{}.get_slice(thread_idx).partition_S(staged)), thread_idx, at);
-        // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O),
-        // nor once the next tile is staged.
-        consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
+        if constexpr (kOverlay) {
+            // Every warpgroup's rows are staged before anyone copies the tile out.
+            consumers_sync(cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+            copy_inside<CopyOut>(flashinfer::flatten_1(CopyOut{}.get_slice(thread_idx).partition_S(staged)),
+                                 out_tile(params, at), thread_idx, at.rows_left(), columns);
+            // Nobody reads smem_o any more once the last warp lets the producer refill V (barrier_O),
+            // nor once the next tile is staged.
+            consumers_sync(flashinfer::NamedBarriers::kValueEmpty);
+        } else {
+            // This warp's rows only: its own lanes staged them. The warp index goes through a
+            // shuffle: derived from thread_idx alone, ptxas re-read threadIdx inside the key loop
+            // (two S2R and two SHF a tile at hd96: 1-2% on long sequences).
+            __syncwarp();
+            const int warp = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarp, 0);
+            const int lane = cutlass::canonical_lane_idx();
+            Tensor rows = local_tile(staged, TileWarp{}, make_coord(warp, _0{}));
+            copy_inside<CopyWarp>(flashinfer::flatten_1(CopyWarp{}.get_slice(lane).partition_S(rows)),
+                                  local_tile(out_tile(params, at), TileWarp{}, make_coord(warp, _0{})), lane,
+                                  at.rows_left() - warp * kWarpRows, columns);
+        }
     }
 
     // A query tile that sees no key: zero output and LSE -infinity (log2 units, as store's).
@@ -243,7 +274,7 @@ struct Epilogue16 {
         Tensor zeros = make_fragment_like(
             flashinfer::flatten_1(CopyOut{}.get_slice(thread_idx).partition_D(out_tile(params, at))));
         clear(zeros);
-        copy_inside(params, zeros, thread_idx, at);
+        copy_inside<CopyOut>(zeros, out_tile(params, at), thread_idx, at.rows_left(), get<1>(params.layout_O.shape()));
         if (params.lse_ptr != nullptr && thread_idx < kCtaQ && thread_idx < at.rows_left()) {
             lse_tile(params, at)(thread_idx) = -INFINITY;
         }
