@@ -5,7 +5,9 @@ random inputs; the plan is created once and run --runs times, then the stream is
     ncu --kernel-name regex:PrefillWithKVCache --launch-skip 2 --launch-count 1 ... \\
         python3 bench/profile_plan.py --artifact DIR --head-dim 128 --tokens 16384 [--fp8] [--causal]
 
---fp8: e4m3 q/k/v (the same values rounded), bf16 output; --softcap C; --window LEFT (right 0).
+--fp8: e4m3 q/k/v (the same values rounded), bf16 output; --softcap C; --window LEFT (right 0);
+--batch B: B sequences of TOKENS (a varlen plan); --cudnn: PyTorch SDPA's cuDNN backend on the same
+batch instead of the library (the peer's kernel, for the same ncu sections).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from common import Library
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifact", required=True, help="library folder (lib/, include/)")
+    parser.add_argument("--artifact", help="library folder (lib/, include/); not with --cudnn")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--heads", type=int, default=16)
@@ -28,20 +30,33 @@ def main() -> None:
     parser.add_argument("--softcap", type=float, default=0.0)
     parser.add_argument("--window", type=int, default=None, help="left window (right 0)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1, help="sequences of TOKENS each")
+    parser.add_argument("--cudnn", action="store_true", help="SDPA's cuDNN backend instead of the library")
     args = parser.parse_args()
+    if not args.cudnn and not args.artifact:
+        parser.error("--artifact DIR is needed (or --cudnn for the peer)")
 
-    shape = (args.tokens, args.heads, args.head_dim)
+    shape = (args.batch * args.tokens, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     out = torch.empty_like(q)
-    if args.fp8:
-        q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-    window = None if args.window is None else (args.window, 0)
-    run, _, family = Library(args.artifact).plan_fns(q, k, v, out, args.causal, [args.tokens], window=window,
-                                                      softcap=args.softcap)
+    if args.cudnn:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        q, k, v = (t.view(args.batch, args.tokens, args.heads, args.head_dim).transpose(1, 2) for t in (q, k, v))
+
+        def run():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        family = "SDPA cuDNN"
+    else:
+        if args.fp8:
+            q, k, v = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        window = None if args.window is None else (args.window, 0)
+        run, _, family = Library(args.artifact).plan_fns(q, k, v, out, args.causal, [args.tokens] * args.batch,
+                                                          window=window, softcap=args.softcap)
     for _ in range(args.runs):
         run()
     torch.cuda.synchronize()
-    print(f"family {family}: {args.runs} runs, head dim {args.head_dim}, {args.tokens} tokens"
+    print(f"family {family}: {args.runs} runs, head dim {args.head_dim}, {args.batch} x {args.tokens} tokens"
           f"{', e4m3' if args.fp8 else ''}{', causal' if args.causal else ''}")
 
 
