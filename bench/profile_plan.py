@@ -35,6 +35,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.cudnn and not args.artifact:
         parser.error("--artifact DIR is needed (or --cudnn for the peer)")
+    library_only = [name for name, given in (("--artifact", args.artifact), ("--fp8", args.fp8),
+                                             ("--softcap", args.softcap > 0), ("--window", args.window is not None))
+                    if given]
+    if args.cudnn and library_only:
+        parser.error(f"--cudnn times SDPA's plain bf16 kernel: drop {', '.join(library_only)}")
 
     shape = (args.batch * args.tokens, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in range(3))

@@ -30,25 +30,46 @@ KINDS = {
 }
 
 
+GUARD = re.compile(r"^@!?U?P\w+\s+")
+
+
+def instructions(sass: str) -> list:
+    """(address, text) of each instruction of a `cuobjdump -sass` listing (or one function of it)."""
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in INSTRUCTION.finditer(sass)]
+
+
+def backward_branches(code: list) -> list:
+    """(first, last) index pairs into `code`: each backward branch and the instruction it jumps to."""
+    index = {address: i for i, (address, _) in enumerate(code)}
+    spans = []
+    for i, (address, text) in enumerate(code):
+        branch = re.search(r"BRA\s+0x([0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) < address and int(branch.group(1), 16) in index:
+            spans.append((index[int(branch.group(1), 16)], i))
+    return spans
+
+
+def unguarded(text: str) -> str:
+    """An instruction without its predicate."""
+    return GUARD.sub("", text)
+
+
 def stage_loop(sass: str, name_part: str, skip: list) -> list:
     """The instructions of the named kernel's stage loop outside the `skip` ranges, predicates dropped."""
     functions = [f for f in sass.split("Function : ") if name_part in f.split("\n", 1)[0]]
     if not functions:
         raise SystemExit(f"sass_census.py: no function whose name holds {name_part}")
-    code = [(int(m.group(1), 16), m.group(2).strip()) for m in INSTRUCTION.finditer(functions[0])]
-    waits = [a for a, text in code if "SYNCS.PHASECHK" in text]
-    mmas = [a for a, text in code if "HMMA" in text]
+    code = instructions(functions[0])
     loops = []
-    for address, text in code:
-        branch = re.search(r"BRA\s+0x([0-9a-f]+)", text)
-        target = int(branch.group(1), 16) if branch else address
-        if target < address and any(target <= w <= address for w in waits) and any(target <= m <= address for m in mmas):
-            loops.append((address - target, target, address))
+    for first, last in backward_branches(code):
+        body = [text for _, text in code[first:last + 1]]
+        if any("SYNCS.PHASECHK" in t for t in body) and any("HMMA" in t for t in body):
+            loops.append((code[last][0] - code[first][0], code[first][0], code[last][0]))
     if not loops:
         raise SystemExit("sass_census.py: no loop around an mbarrier wait and an mma")
     _, first, last = min(loops)
     kept = [(a, text) for a, text in code if first <= a <= last and not any(lo <= a <= hi for lo, hi in skip)]
-    return [re.sub(r"^@!?U?P\w+\s+", "", text) for _, text in kept]
+    return [unguarded(text) for _, text in kept]
 
 
 def main() -> None:

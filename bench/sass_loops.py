@@ -16,32 +16,21 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
+from pathlib import Path
 
-INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,6})\*/\s+([^;]*);")
-BRANCH = re.compile(r"BRA (0x[0-9a-f]+)")
-GUARD = re.compile(r"^@!?U?P\w+\s+")
+from sass_census import backward_branches, instructions, unguarded
 
 
 def loops(path: str) -> list[list[str]]:
     """The GMMA loops of a listing, each as its instructions' text."""
-    found = [(int(m.group(1), 16), m.group(2).strip()) for m in map(INSTRUCTION.search, open(path)) if m]
-    index = {address: i for i, (address, _) in enumerate(found)}
-    result = []
-    for i, (address, text) in enumerate(found):
-        branch = BRANCH.search(text)
-        if not branch:
-            continue
-        target = int(branch.group(1), 16)
-        if target < address and target in index and 100 < i - index[target] < 1500:
-            body = [t for _, t in found[index[target]:i + 1]]
-            if any("GMMA" in t for t in body):
-                result.append(body)
-    return result
+    code = instructions(Path(path).read_text())
+    bodies = [[text for _, text in code[first:last + 1]] for first, last in backward_branches(code)
+              if 100 < last - first < 1500]
+    return [body for body in bodies if any("GMMA" in t for t in body)]
 
 
 def opcodes(body: list[str]) -> collections.Counter:
-    return collections.Counter(GUARD.sub("", text).split()[0] for text in body)
+    return collections.Counter(unguarded(text).split()[0] for text in body)
 
 
 def main() -> None:

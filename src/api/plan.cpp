@@ -228,12 +228,15 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
                       : softcap ? Kind::kSoftcap
                       : layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0 ? Kind::kFp8Window
                                                                                    : Kind::kPlain;
-    std::string why = fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                          layout.causal, device, kind);
-    if (!why.empty()) return why;
     const fas_sm90::Kernel* found =
-        fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kind);
+        device.is_sm90() ? fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kind)
+                         : nullptr;
+    if (found == nullptr) {  // the table searched once; the message names what is built
+        return fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal,
+                                                   device, kind);
+    }
     schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work
+    std::string why;
     if (kv.paged) why = fas_sm90::paged_strides_unsupported_reason(layout, kv.k_page_stride, kv.v_page_stride);
     if (why.empty()) why = fas_sm90::layout_unsupported_reason(*schedule);
     if (why.empty()) *kernel = found;
