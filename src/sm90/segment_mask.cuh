@@ -30,13 +30,13 @@ struct SoftmaxScaleAndRowKeys {
 // loaded at construction, so the per-score test is a select and one unsigned compare
 // (kv_idx - lo < hi - lo).
 template <int HeadDim>
-struct SegmentMaskAttention : SinkAttention<HeadDim> {
+struct SegmentMaskAttention : SinkAttention<HeadDim, /*Packed=*/true> {
     uint32_t row0;  // this thread's first row within the tile; the second is row0 + 8
     uint32_t lo0, width0, lo1, width1;
 
     template <typename MainloopParams, typename BlockCoord>
     __device__ SegmentMaskAttention(const MainloopParams& params, const BlockCoord& block_coord)
-        : SinkAttention<HeadDim>(params, block_coord) {
+        : SinkAttention<HeadDim, /*Packed=*/true>(params, block_coord) {
         const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block_coord;
         // Warpgroup 0 is the producer; packed plans list only tile 0 of each work unit.
         const int t = static_cast<int>(threadIdx.x) - cutlass::NumThreadsPerWarpGroup;

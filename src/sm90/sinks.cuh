@@ -28,9 +28,9 @@ __device__ __forceinline__ float load_sink(const float* sinks, uint32_t qo_head)
 // The kernels' online softmax (sm90/softmax.cuh) with the sink counted in finalize: a row's
 // denominator becomes sum + 2^(sink - m) (m: the row's scaled max), computed against max(m, sink)
 // so that neither term overflows; rows that saw no key keep the upstream result (out 0).
-template <int NUM_ROWS_PER_THREAD, int HeadDim>
-struct SinkSoftmax : Softmax<NUM_ROWS_PER_THREAD, HeadDim> {
-    using Base = Softmax<NUM_ROWS_PER_THREAD, HeadDim>;
+template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Packed = false>
+struct SinkSoftmax : Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/false, Packed> {
+    using Base = Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/false, Packed>;
     bool has_sink;
     float sink_logit;  // natural-log units
 
@@ -65,7 +65,8 @@ struct SinkSoftmax : Softmax<NUM_ROWS_PER_THREAD, HeadDim> {
 
 // The plain 16-bit variant (varlen, windowed and paged kernels) of head dim HeadDim: FlashInfer's
 // StandardAttention (softmax scale, identity logits) with the sink of the tile's query head.
-template <int HeadDim>
+// Packed: the packed kernels' (sm90/segment_mask.cuh), whose softmax choice is their own.
+template <int HeadDim, bool Packed = false>
 struct SinkAttention : flashinfer::AttentionVariantBase {
     float sm_scale_log2;
     float scale_pv = 1.f;  // no V scale in 16-bit kernels
@@ -82,7 +83,7 @@ struct SinkAttention : flashinfer::AttentionVariantBase {
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return SinkSoftmax<NUM_ROWS_PER_THREAD, HeadDim>(sm_scale_log2, has_sink, sink);
+        return SinkSoftmax<NUM_ROWS_PER_THREAD, HeadDim, Packed>(sm_scale_log2, has_sink, sink);
     }
 };
 

@@ -1,7 +1,8 @@
 // The online softmax of every SM90 kernel (plain and sinks, packed, paged, softcap, FP8): FlashInfer's
 // OnlineSoftmax with the four switches of docs/design/sm90-mainloop-plan.md, steps 2a-2d. A kernel
-// names itself (head dim, FP8 or not, softcap or not) and softmax_choice (sm90/softmax_choice.h)
-// says which switches it takes; with all off its update is FlashInfer's and the SASS is unchanged.
+// names itself (head dim, FP8 or not, softcap or not, packed or not) and softmax_choice
+// (sm90/softmax_choice.h) says which switches it takes; with all off its update is FlashInfer's and
+// the SASS is unchanged.
 // Where a switch needs it, the update is the usual online softmax written here (running row max,
 // the previous sum and O rescaled by 2^(old max - new max), scores exponentiated against the new
 // max and summed per thread; the quad's partial sums meet in finalize); reductions and layouts are
@@ -50,9 +51,9 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
 //                      folded into each exponent instead of a multiply per score); the LSE leaves
 //                      it out;
 //   hold_pv_wait       the update keeps the PV GEMM's wait behind it (hold_pv_wait_behind).
-template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false>
+template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false, bool Packed = false>
 struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
-    static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap);
+    static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap, Packed);
     static constexpr int kPolyEvery = kChoice.poly_exp2_every;
     static constexpr int kLazyLog2 = kChoice.lazy_rescale_log2;
     static constexpr bool kLazy = kLazyLog2 > 0;
