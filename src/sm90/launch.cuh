@@ -31,6 +31,7 @@
 #include "sm90/fp8_producer.cuh"
 #include "sm90/ordered_epilogue.cuh"
 #include "sm90/packed_args.h"
+#include "sm90/prefill_body.cuh"
 #include "sm90/ragged_args.h"
 #include "sm90/segment_mask.cuh"
 #include "sm90/shared_storage.cuh"
@@ -130,9 +131,14 @@ struct Assembly16 {
                                         flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
     using Epilogue = Epilogue16<Traits>;
     static void* kernel() {
+#if defined(FAS_SM90_OWN_BODY) && FAS_SM90_OWN_BODY
+        // Our kernel body (sm90/prefill_body.cuh), the item loop's first step; off by default.
+        return reinterpret_cast<void*>(&prefill_body<Mainloop, Epilogue, Kernel, kWindow, Causal, SerpentineTileScheduler>);
+#else
         return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
                                                                              /*LEFT_SLIDING_WINDOW=*/kWindow, Causal,
                                                                              SerpentineTileScheduler>);
+#endif
     }
     static Additional additional(const RaggedArgs& args) {
         if constexpr (S == Scores::kSoftcap) {

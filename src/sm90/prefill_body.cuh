@@ -1,0 +1,173 @@
+// Our kernel body for the 16-bit SM90 prefill kernels (varlen, paged, packed), in place of the
+// pinned flashinfer::PrefillWithKVCacheKernel (flashinfer-python 0.7.2.post1,
+// hopper/prefill_sm90.cuh): the same roles and protocol, the parts FlashInfer's multi-item
+// scoring needs left out. It is the first step of issue 35's item loop
+// (docs/design/sm90-epilogue-overlap.md, "The next step"): the consumers' loop over work items
+// is ours here, so that a later step can issue the next item's first QK^T before the current
+// item's last PV wait. As it stands it does what the pinned body does, in the same order: off by
+// default; FAS_SM90_OWN_BODY=1 gives it to every 16-bit kernel (sm90/launch.cuh). Measured on the
+// H200 for the bf16 hd128 varlen kernels: the same key loops, bit-identical outputs, the same
+// speed (docs/design/sm90-epilogue-overlap.md); the paged and packed kernels compile with it and
+// are not yet run with it.
+//
+//   warpgroup 0 (producer): one warp (TMA K/V) or all four (the paged kernels' cp.async gather)
+//     load every work item's Q, K and V through the mainloop's load(), then drain the pipelines;
+//   warpgroups 1.. (consumers): per work item, the mainloop's key loop (flashinfer::mma_f16,
+//     reached through ADL where the shared storage is ours) and our epilogue's store.
+// A work tile whose query tile lies past its sequence's queries is skipped by both roles; one
+// with no key tile (an empty key range) writes zeros and an LSE of -inf (store_zero).
+#ifndef FAS_SM90_PREFILL_BODY_CUH
+#define FAS_SM90_PREFILL_BODY_CUH
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include <flashinfer/attention/hopper/mainloop_mma.cuh>
+#include <flashinfer/attention/hopper/utils.cuh>
+
+namespace fas_sm90 {
+
+// Registers a producer and a consumer thread keep after the split: FlashInfer's numbers, which
+// its kernel traits' launch bounds assume (12 warps: two consumer warpgroups; 16: three).
+template <typename Kernel, bool TmaKV>
+struct RoleRegisters {
+    static constexpr bool kTwoConsumers = Kernel::NUM_WARPS == 12;
+    static constexpr int kProducer = TmaKV ? (kTwoConsumers ? 24 : 32) : 72;
+    static constexpr int kConsumer = TmaKV ? (kTwoConsumers ? 240 : 160) : (kTwoConsumers ? 216 : 144);
+};
+
+// TMA transaction bytes of a K or V stage; the cp.async (paged) pipelines count arrivals instead
+// and their mainloops name no such bytes.
+template <typename Mainloop, bool V>
+constexpr uint32_t stage_bytes() {
+    if constexpr (Mainloop::USE_TMA_LOAD_KV) {
+        return V ? Mainloop::TmaTransactionBytesV : Mainloop::TmaTransactionBytesK;
+    } else {
+        return 0;
+    }
+}
+
+template <typename Mainloop, typename Epilogue, typename Kernel, bool Window, bool Causal, typename Scheduler>
+__global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp, 1)
+    prefill_body(CUTE_GRID_CONSTANT typename Mainloop::Params const mainloop_params,
+                 CUTE_GRID_CONSTANT typename Epilogue::Params const epilogue_params,
+                 CUTE_GRID_CONSTANT typename Scheduler::Params const scheduler_params) {
+    using namespace cute;
+    using Pipeline = typename Mainloop::MainloopPipeline;
+    using PipelineState = typename Pipeline::PipelineState;
+    constexpr bool kTmaKV = Mainloop::USE_TMA_LOAD_KV;
+    constexpr int kConsumerThreads = Kernel::NUM_MMA_THREADS;
+    constexpr int kProducerThreads = cutlass::NumThreadsPerWarpGroup;
+    constexpr int kCtaQ = Kernel::CTA_Q;
+    using Registers = RoleRegisters<Kernel, kTmaKV>;
+
+    extern __shared__ char shared_memory[];
+    auto& storage = *reinterpret_cast<typename Kernel::SharedStorage*>(shared_memory);
+    const int warp = cutlass::canonical_warp_idx_sync();
+    const int warpgroup = cutlass::canonical_warp_group_idx();
+    const bool elected = cute::elect_one_sync();
+    if (warp == 0 && elected) {
+        Mainloop::prefetch_tma_descriptors(mainloop_params);
+        Epilogue::prefetch_tma_descriptors(epilogue_params);
+        storage.barrier_Q.init(/*num_threads=*/1);
+        storage.barrier_O.init(/*num_threads=*/1);
+    }
+
+    // K and V pipelines: TMA transactions counted by bytes, or cp.async arrivals by thread.
+    typename Pipeline::Params pipeline_params;
+    pipeline_params.role =
+        warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    if constexpr (kTmaKV) {
+        pipeline_params.is_leader = threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0;
+        pipeline_params.num_consumers = kConsumerThreads;
+    } else {
+        pipeline_params.producer_arv_count = kProducerThreads;
+        pipeline_params.consumer_arv_count = kConsumerThreads;
+    }
+    auto make_pipeline = [&](auto& barriers, uint32_t bytes) {
+        if constexpr (kTmaKV) {
+            pipeline_params.transaction_bytes = bytes;
+            return Pipeline(barriers, pipeline_params, /*cluster_shape=*/Shape<_1, _1, _1>{});
+        } else {
+            return Pipeline(barriers, pipeline_params);
+        }
+    };
+    // (The pipelines' constructors fence the barrier initialization above.)
+    Pipeline pipeline_k = make_pipeline(storage.pipeline_k, stage_bytes<Mainloop, /*V=*/false>());
+    Pipeline pipeline_v = make_pipeline(storage.pipeline_v, stage_bytes<Mainloop, /*V=*/true>());
+    Mainloop mainloop;
+    Epilogue epilogue;
+    __syncthreads();  // every barrier initialized before any role waits on one
+
+    Scheduler scheduler;
+    if (warpgroup == 0) {
+        cutlass::arch::warpgroup_reg_dealloc<Registers::kProducer>();
+        const int warp_in_group = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0);
+        if (kTmaKV && warp_in_group != 0) return;  // one warp issues the TMA copies
+        PipelineState write_k = cutlass::make_producer_start_state<Pipeline>();
+        PipelineState write_v = cutlass::make_producer_start_state<Pipeline>();
+        int work_idx = 0;
+        for (auto work = scheduler.get_initial_work(scheduler_params); work.is_valid(scheduler_params);
+             work = scheduler.template get_next_work</*is_producer=*/true>(scheduler_params, work)) {
+            const auto block = work.get_block_coord(scheduler_params);
+            const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block;
+            if (q_tile * kCtaQ >= qo_len) continue;
+            if (mainloop.get_num_kv_tiles(mainloop_params, q_tile, qo_len, kv_len) <= 0) {
+                scheduler.prefetch_next_work(scheduler_params, work);
+                scheduler.broadcast_next_work(work);
+                continue;
+            }
+            mainloop.template load<Window>(mainloop_params, pipeline_k, pipeline_v, write_k, write_v, storage,
+                                           scheduler, scheduler_params, work, block, work_idx);
+            ++work_idx;
+        }
+        mainloop.load_tail(pipeline_k, pipeline_v, write_k, write_v);
+        return;
+    }
+
+    cutlass::arch::warpgroup_reg_alloc<Registers::kConsumer>();
+    const int consumer_thread = static_cast<int>(threadIdx.x) - kProducerThreads;
+    typename Kernel::TiledMmaPV tiled_mma_pv;
+    PipelineState read_k, read_v;  // a stage is released as it is read: one state serves both
+    Mainloop::WarpScheduler::mma_init();
+    scheduler.init_consumer();
+    int work_idx = 0;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (auto work = scheduler.get_initial_work(scheduler_params); work.is_valid(scheduler_params);
+         work = scheduler.template get_next_work</*is_producer=*/false>(scheduler_params, work)) {
+        Tensor tOrO = partition_fragment_C(tiled_mma_pv, select<0, 1>(typename Kernel::TileShape_PDV{}));
+        const auto block = work.get_block_coord(scheduler_params);
+        const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block;
+        typename Kernel::AttentionVariant variant(mainloop_params, block);
+        auto updater = variant.template GetAttentionUpdater<2 * (2 * kCtaQ / kConsumerThreads)>();
+        if (q_tile * kCtaQ >= qo_len) continue;
+        const int kv_tiles = mainloop.get_num_kv_tiles(mainloop_params, q_tile, qo_len, kv_len);
+        if (kv_tiles <= 0) {
+            epilogue.store_zero(epilogue_params, storage, consumer_thread, block);
+            continue;
+        }
+        int window_first_tile = 0, window_last_tile = -1;
+        if constexpr (Window) {
+            window_first_tile = flashinfer::get_swa_begin_kv_tile_idx<Kernel::CTA_Q, Kernel::CTA_KV>(
+                mainloop_params.window_left, q_tile, qo_len, kv_len);
+            window_last_tile = flashinfer::get_swa_end_kv_tile_idx<Kernel::CTA_Q, Kernel::CTA_KV>(
+                mainloop_params.window_left, q_tile, qo_len, kv_len);
+        }
+        // Unqualified: argument-dependent lookup finds a consumer loop of ours where the shared
+        // storage type is ours and has one (wip/double-q), FlashInfer's otherwise.
+        using flashinfer::mma_f16;
+        mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, typename Mainloop::WarpScheduler>(
+            mainloop_params, variant, pipeline_k, pipeline_v, read_k, read_v, tOrO, updater, kv_tiles,
+            window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, qo_len, kv_len, qo_head,
+            kv_head, /*prefix_len=*/0u, /*token_pos_in_items=*/nullptr);
+        epilogue.store(epilogue_params, tOrO, updater.get_lse(), storage, tiled_mma_pv, consumer_thread, block);
+        ++work_idx;
+    }
+    epilogue.store_tail();
+}
+
+}  // namespace fas_sm90
+
+#endif  // FAS_SM90_PREFILL_BODY_CUH
