@@ -2,7 +2,7 @@
 reports: docs/design/sm90-mainloop-plan.md). 16 query and KV heads, one sequence of TOKENS,
 random inputs; the plan is created once and run --runs times, then the stream is synchronized.
 
-    ncu --kernel-name regex:PrefillWithKVCache --launch-skip 2 --launch-count 1 ... \\
+    ncu --kernel-name 'regex:PrefillWithKVCache|prefill_body' --launch-skip 2 --launch-count 1 ... \\
         python3 bench/profile_plan.py --artifact DIR --head-dim 128 --tokens 16384 [--fp8] [--causal]
 
 --fp8: e4m3 q/k/v (the same values rounded), bf16 output; --softcap C; --window LEFT (right 0);

@@ -20,8 +20,9 @@ IFS=';' read -ra runs <<< "$workloads"
 for run in "${runs[@]}"; do
   for lib in ${libs//,/ }; do
     echo "######## $(basename "$lib"): profile_plan.py $run"
+    # (prefill_body: our own kernel body, sm90/prefill_body.cuh, where FAS_SM90_OWN_BODY builds it)
     # shellcheck disable=SC2086  # run holds several arguments
-    ncu --kernel-name regex:PrefillWithKVCache --launch-skip 2 --launch-count 1 \
+    ncu --kernel-name 'regex:PrefillWithKVCache|prefill_body' --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
       --section SchedulerStats --print-details all \
       python3 bench/profile_plan.py --artifact "$lib" $run 2>&1 | grep -E "$keep|family|ERROR" | sed 's/  */ /g'
