@@ -8,9 +8,10 @@ tolerance checks instead. Runs on a GPU machine with PyTorch:
     python3 bench/compare_outputs.py BASELINE_ARTIFACT CANDIDATE_ARTIFACT
 
 Paths covered: plans on the family each build picks (SM90 where built: FP8 e4m3 -> bf16, bf16,
-fp16), plans forced onto FA2 (disable_sm90), and the one-call fas_fwd in the batch layout
-(including shapes that take the split-KV kernel) and the varlen layout, each with and without
-an LSE output. A configuration that one of the builds does not serve is skipped (both must
+fp16), plans forced onto FA2 (disable_sm90), packed plans (many short sequences: vision windows,
+short prompts), chunked prefill over a paged cache (16-bit, pages shuffled), and the one-call
+fas_fwd in the batch layout (including shapes that take the split-KV kernel) and the varlen
+layout, each with and without an LSE output. A configuration that one of the builds does not serve is skipped (both must
 serve it to be compared). Exit status 1 when any configuration served by both differs.
 """
 
@@ -46,6 +47,52 @@ def plan_configs():
                     yield name, dtype, out_dtype, hd, causal, hq, hk, lengths, disable
 
 
+def packed_configs():
+    """Varlen plans the library packs where a packed kernel is built (plan_configs' tuple)."""
+    windows = [64] * 24 + [32, 40, 16, 64]  # Qwen2.5-VL-like windows of patches, edge windows short
+    prompts = [37, 100, 5, 64, 128, 1, 77, 120] * 4
+    for dtype in (Dtype.BF16, Dtype.FP16):
+        for hd in (64, 80, 96, 128):
+            yield (f"packed {dtype.name.lower()} hd{hd} full 16/16 windows", dtype, dtype, hd, False, 16, 16, windows,
+                   False)
+            yield (f"packed {dtype.name.lower()} hd{hd} causal 16/2 prompts", dtype, dtype, hd, True, 16, 2, prompts,
+                   False)
+
+
+def paged_configs():
+    """(name, dtype, head_dim, page_size, query lengths, cached key lengths): causal chunked prefill."""
+    for dtype in (Dtype.BF16, Dtype.FP16):
+        for hd in (64, 128, 256):
+            for page in (16, 64):
+                yield (f"paged {dtype.name.lower()} hd{hd} page {page} 16/2", dtype, hd, page,
+                       [200, 1, 37, 513, 9], [1000, 300, 37, 4097, 129])
+
+
+def run_paged(lib, config, inputs, with_lse):
+    _, dtype, hd, page, seqlens_q, kv_lens = config
+    q, k_cache, v_cache, ids = inputs
+    hq, hk = q.shape[1], k_cache.shape[2]
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((q.shape[0] * hq,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
+    stream = torch.cuda.current_stream().cuda_stream
+    args = fas_ctypes.PlanArgs.new(dtype=dtype, out_dtype=dtype, batch_size=len(seqlens_q), num_heads_q=hq,
+                                   num_heads_k=hk, head_dim=hd, causal=1, stream=stream,
+                                   kv_layout=fas_ctypes.KvLayout.PAGED, page_size=page, num_pages=k_cache.shape[0])
+    keep_q, keep_len = fas_ctypes.offsets(seqlens_q), (ctypes.c_int32 * len(kv_lens))(*kv_lens)
+    args.cu_seqlens_q, args.kv_lengths = (ctypes.cast(a, ctypes.c_void_p) for a in (keep_q, keep_len))
+    return plan_once(lib, args, q, k_cache, v_cache, out, lse, page_indices=ids.data_ptr())
+
+
+def paged_inputs(config):
+    """q rows, a K and a V cache of shuffled pages (every sequence's pages consecutive in ids)."""
+    _, dtype, hd, page, seqlens_q, kv_lens = config
+    pages = sum((n + page - 1) // page for n in kv_lens)
+    q = torch.randn(sum(seqlens_q), 16, hd, device="cuda").to(TORCH_DTYPES[dtype])
+    k_cache, v_cache = (torch.randn(pages, page, 2, hd, device="cuda").to(TORCH_DTYPES[dtype]) for _ in range(2))
+    ids = torch.randperm(pages, device="cuda").to(torch.int32)
+    return q, k_cache, v_cache, ids
+
+
 def fwd_configs():
     """(name, dtype, head_dim, causal, heads_q, heads_kv, batch, seqlen_q, seqlen_k or lengths)"""
     for dtype in (Dtype.BF16, Dtype.FP16):
@@ -66,6 +113,19 @@ def random_inputs(total_q, total_k, hq, hk, hd, dtype):
     return [t.to(TORCH_DTYPES[dtype]) for t in (q, k, v)]
 
 
+def plan_once(lib, args, q, k, v, out, lse, **run_fields):
+    """One plan made, run once and destroyed: [out] or [out, lse]."""
+    plan = lib.plan_create(args)
+    try:
+        run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=args.stream,
+                              softmax_lse=lse.data_ptr() if lse is not None else None, **run_fields)
+        lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
+        torch.cuda.synchronize()
+    finally:
+        lib.check(lib.dll.fas_plan_destroy(plan))
+    return [out] + ([lse] if lse is not None else [])
+
+
 def run_plan(lib, config, inputs, with_lse):
     _, dtype, out_dtype, hd, causal, hq, hk, lengths, disable = config
     q, k, v = inputs
@@ -74,15 +134,7 @@ def run_plan(lib, config, inputs, with_lse):
     stream = torch.cuda.current_stream().cuda_stream
     args = fas_ctypes.plan_args(lengths, dtype, hq, hk, hd, causal, stream, out_dtype=out_dtype)
     args.disable_sm90 = int(disable)
-    plan = lib.plan_create(args)
-    try:
-        run = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(), stream=stream,
-                              softmax_lse=lse.data_ptr() if lse is not None else None)
-        lib.check(lib.dll.fas_plan_run(plan, ctypes.byref(run)))
-        torch.cuda.synchronize()
-    finally:
-        lib.check(lib.dll.fas_plan_destroy(plan))
-    return [out] + ([lse] if lse is not None else [])
+    return plan_once(lib, args, q, k, v, out, lse)
 
 
 def run_fwd(lib, config, inputs, with_lse):
@@ -153,6 +205,12 @@ def main() -> int:
         _, dtype, _, hd, _, hq, hk, lengths, _ = config
         inputs = random_inputs(sum(lengths), sum(lengths), hq, hk, hd, dtype)
         differing += compare(config[0], libs, run_plan, config, inputs)
+    for config in packed_configs():
+        lengths = config[-2]
+        inputs = random_inputs(sum(lengths), sum(lengths), config[5], config[6], config[3], config[1])
+        differing += compare(config[0], libs, run_plan, config, inputs)
+    for config in paged_configs():
+        differing += compare(config[0], libs, run_paged, config, paged_inputs(config))
     for config in fwd_configs():
         _, dtype, hd, _, hq, hk, *_ = config
         total_q, total_k = fwd_shapes(config)

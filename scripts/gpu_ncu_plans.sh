@@ -20,7 +20,7 @@ IFS=';' read -ra runs <<< "$workloads"
 for run in "${runs[@]}"; do
   for lib in ${libs//,/ }; do
     echo "######## $(basename "$lib"): profile_plan.py $run"
-    # (prefill_body: our own kernel body, sm90/prefill_body.cuh, where FAS_SM90_OWN_BODY builds it)
+    # (prefill_body: our kernel body of the 16-bit kernels, sm90/prefill_body.cuh; the FP8 ones keep the pinned)
     # shellcheck disable=SC2086  # run holds several arguments
     ncu --kernel-name 'regex:PrefillWithKVCache|prefill_body' --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \

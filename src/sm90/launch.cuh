@@ -131,14 +131,8 @@ struct Assembly16 {
                                         flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
     using Epilogue = Epilogue16<Traits>;
     static void* kernel() {
-#if defined(FAS_SM90_OWN_BODY) && FAS_SM90_OWN_BODY
-        // Our kernel body (sm90/prefill_body.cuh), the item loop's first step; off by default.
+        // Our kernel body (sm90/prefill_body.cuh); FlashInfer's mainloop collectives inside it.
         return reinterpret_cast<void*>(&prefill_body<Mainloop, Epilogue, Kernel, kWindow, Causal, SerpentineTileScheduler>);
-#else
-        return reinterpret_cast<void*>(&flashinfer::PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
-                                                                             /*LEFT_SLIDING_WINDOW=*/kWindow, Causal,
-                                                                             SerpentineTileScheduler>);
-#endif
     }
     static Additional additional(const RaggedArgs& args) {
         if constexpr (S == Scores::kSoftcap) {

@@ -4,11 +4,9 @@
 // scoring needs left out. It is the first step of issue 35's item loop
 // (docs/design/sm90-epilogue-overlap.md, "The next step"): the consumers' loop over work items
 // is ours here, so that a later step can issue the next item's first QK^T before the current
-// item's last PV wait. As it stands it does what the pinned body does, in the same order: off by
-// default; FAS_SM90_OWN_BODY=1 gives it to every 16-bit kernel (sm90/launch.cuh). Measured on the
-// H200 for the bf16 hd128 varlen kernels: the same key loops, bit-identical outputs, the same
-// speed (docs/design/sm90-epilogue-overlap.md); the paged and packed kernels compile with it and
-// are not yet run with it.
+// item's last PV wait. It does what the pinned body does, in the same order (the body of every
+// 16-bit kernel since 2026-12-02: on the H200 the same key loops, bit-identical outputs and the
+// same speed for the varlen, paged and packed kernels; docs/design/sm90-epilogue-overlap.md).
 //
 //   warpgroup 0 (producer): one warp (TMA K/V) or all four (the paged kernels' cp.async gather)
 //     load every work item's Q, K and V through the mainloop's load(), then drain the pipelines;
