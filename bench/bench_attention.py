@@ -102,18 +102,24 @@ def window_rows(libs, args):
     inputs and FP8 e4m3 ones (bf16 out; a build whose FP8 plans take no window prints why); the window's TFLOPS count
     the scores inside the window only (query i sees min(i, left) + 1 keys), so equal TFLOPS mean
     equal speed per useful score. Every width's plan is timed in the same rounds, so the times of
-    several widths show what an item costs beside its key tiles."""
-    seqlen, heads, head_dim = 32768, 16, args.window_head_dim
+    several widths show what an item costs beside its key tiles. --window-right R > 0: the windows
+    are (left, R), non-causal plans (query i also sees R keys past its diagonal), counted the same
+    way against the causal plan without a window, and for bf16 also timed off SM90 (FA2, which
+    served every right window before 2026-12-02)."""
+    seqlen, heads, head_dim, right = 32768, 16, args.window_head_dim, args.window_right
     q, k, v = (torch.randn(seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     out = torch.empty_like(q)
     rows = []
     for name, inputs in (("bf16", (q, k, v)), ("e4m3->bf16", [t.to(torch.float8_e4m3fn) for t in (q, k, v)])):
         try:
             fns = {"plain": libs.plan_fns(*inputs, out, True, [seqlen])}
-            fns.update({f"window {left}": libs.plan_fns(*inputs, out, True, [seqlen], window=(left, 0))
+            fns.update({f"window {left}": libs.plan_fns(*inputs, out, right == 0, [seqlen], window=(left, right))
                         for left in args.windows})
+            if right > 0 and name == "bf16":  # what served right windows before SM90 did: FA2
+                fns.update({f"fa2 {left}": libs.plan_fns(*inputs, out, False, [seqlen], window=(left, right),
+                                                         disable_sm90=True) for left in args.windows})
         except RuntimeError as error:
-            rows.append((name, head_dim, f"causal, window ({args.windows[0]}, 0)", f"1x{seqlen}", "not built",
+            rows.append((name, head_dim, f"window ({args.windows[0]}, {right})", f"1x{seqlen}", "not built",
                          str(error)[:60], "-", "-"))
             continue
         times = median_ms_each({key: fn[0] for key, fn in fns.items()}, args.repeats)
@@ -121,10 +127,12 @@ def window_rows(libs, args):
         rows.append((name, head_dim, "causal, no window", f"1x{seqlen}", fns["plain"][2], f"{plain_tflops:.0f}",
                      f"{times['plain']:.3f} ms", "-"))
         for left in args.windows:
-            key = f"window {left}"
-            window_tflops = 4.0 * heads * head_dim * visible_pairs(seqlen, seqlen, left) / (times[key] * 1e9)
-            rows.append((name, head_dim, f"causal, window ({left}, 0)", f"1x{seqlen}", fns[key][2],
-                         f"{window_tflops:.0f}", f"{times[key]:.3f} ms", f"{window_tflops / plain_tflops:.2f}x"))
+            pairs = visible_pairs(seqlen, seqlen, left, right)
+            for key, mask in ((f"window {left}", "causal, " if right == 0 else ""), (f"fa2 {left}", "FA2: ")):
+                if key in times:
+                    window_tflops = 4.0 * heads * head_dim * pairs / (times[key] * 1e9)
+                    rows.append((name, head_dim, f"{mask}window ({left}, {right})", f"1x{seqlen}", fns[key][2],
+                                 f"{window_tflops:.0f}", f"{times[key]:.3f} ms", f"{window_tflops / plain_tflops:.2f}x"))
     return rows
 
 
@@ -208,6 +216,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--windows", nargs="+", type=int, default=[4096], help="left widths of the window table")
     parser.add_argument("--window-head-dim", type=int, default=128, help="head dim of the window table")
+    parser.add_argument("--window-right", type=int, default=0,
+                        help="right width of the window table's windows (> 0: non-causal plans with (left, right) "
+                        "windows, also timed on FA2 for bf16)")
     parser.add_argument("--only", nargs="+", choices=["dense", "varlen", "vision", "window", "softcap"],
                         default=["dense", "varlen"], help="which tables (vision: Qwen2.5-VL's tower, hdim 80; "
                         "window: a 4096-key sliding window on 32k tokens against no window; softcap: softcap 50 "

@@ -66,15 +66,16 @@ class Library(fas_ctypes.Library):
         run.keepalive = (args, workspace, lse)
         return run
 
-    def plan_fns(self, q, k, v, out, causal, lengths, window=None, softcap=0.0):
+    def plan_fns(self, q, k, v, out, causal, lengths, window=None, softcap=0.0, disable_sm90=False):
         """(run with the plan reused, run with planning in every call, family name) for a
         varlen batch of `lengths` on tensors q [total, Hq, D], k/v [total, Hk, D]; e4m3 q/k/v
         make an FP8 plan (descales left NULL, i.e. 1) with out's dtype as output. window:
-        FlashAttention's (left, right), None = none."""
+        FlashAttention's (left, right), None = none; disable_sm90: the plan off the SM90 family."""
         plan_args = fas_ctypes.plan_args(lengths, fas_dtype(q), q.shape[1], k.shape[1], q.shape[2], causal,
                                          torch.cuda.current_stream().cuda_stream, out_dtype=fas_dtype(out),
                                          window=window)
         plan_args.softcap = softcap
+        plan_args.disable_sm90 = int(disable_sm90)
         run_args = PlanRunArgs.new(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
                                    stream=plan_args.stream)
         plan = self.plan_create(plan_args)
@@ -177,12 +178,16 @@ def sdpa_fn(backend, q, k, v, causal):
     return run
 
 
-def visible_pairs(queries: int, keys: int, window: int = -1) -> int:
+def visible_pairs(queries: int, keys: int, window: int = -1, right: int = 0) -> int:
     """(query, key) pairs under a bottom-right causal mask: query i sees keys - queries + i + 1,
-    at most window + 1 with a left window."""
-    if window < 0:
+    at most window + 1 with a left window; with right > 0 also up to `right` keys past its diagonal."""
+    if window < 0 and right == 0:
         return queries * (keys - queries) + queries * (queries + 1) // 2
-    return sum(min(keys - queries + i + 1, window + 1) for i in range(queries))
+    pairs = 0
+    for i in range(queries):
+        diagonal = keys - queries + i
+        pairs += max(0, min(keys - 1, diagonal + right) - (max(0, diagonal - window) if window >= 0 else 0) + 1)
+    return pairs
 
 
 def tflops(flops: float, ms) -> str:

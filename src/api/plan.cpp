@@ -199,7 +199,15 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     if (args.device_lengths != 0) return "device-length plans run on the paged family's decode kernel";
     if (has_fp8_kv_cache(layout)) return "FP8 (e4m3) KV caches run on the paged family's decode kernel";
     if (layout.window_right > 0) {
-        return "window_size_right > 0: the SM90 kernels mask the right side as causal (0) or not at all (-1)";
+        if (layout.dtype == FAS_DTYPE_E4M3) {
+            return "window_size_right > 0: the SM90 FP8 kernels mask the right side as causal (0) or not at all (-1)";
+        }
+        // A right window runs on the causal kernels, their diagonal moved right by it (our kernel
+        // body; packed plans: the row table); one that reaches every row's last key is no limit.
+        if (layout.window_right < layout.max_seqlen_q - 1) {
+            schedule->causal = true;
+            schedule->window_right = layout.window_right;
+        }
     }
     const bool softcap = layout.softcap > 0.f;
     if (softcap && layout.sinks) return "the SM90 softcap kernels take no sinks yet";
@@ -210,7 +218,7 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     // (sm90/packed_args.h); the packed kernel takes causal plans and left windows through its row table.
     if (!kv.paged && !softcap && device.is_sm90()) {
         if (const fas_sm90::Kernel* packed = fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim,
-                                                                   layout.causal, fas_sm90::Kind::kPacked)) {
+                                                                   schedule->causal, fas_sm90::Kind::kPacked)) {
             fas_sm90::PlanLayout candidate = *schedule;
             candidate.head_dim = packed->head_dim;
             candidate.packed = true;
@@ -229,10 +237,10 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
                       : layout.dtype == FAS_DTYPE_E4M3 && layout.window_left >= 0 ? Kind::kFp8Window
                                                                                    : Kind::kPlain;
     const fas_sm90::Kernel* found =
-        device.is_sm90() ? fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal, kind)
+        device.is_sm90() ? fas_sm90::find_kernel(layout.dtype, layout.out_dtype, layout.head_dim, schedule->causal, kind)
                          : nullptr;
     if (found == nullptr) {  // the table searched once; the message names what is built
-        return fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim, layout.causal,
+        return fas_sm90::kernel_unavailable_reason(layout.dtype, layout.out_dtype, layout.head_dim, schedule->causal,
                                                    device, kind);
     }
     schedule->head_dim = found->head_dim;  // the kernel's (round-up): its tile shape plans the work

@@ -65,8 +65,12 @@
  *   causal sets right to 0, so (left, 0) is a causal sliding window (Mistral, Gemma) and
  *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right =
  *   -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of a
- *   query tile (a plan's cost grows with the window, not with the sequence); right > 0 runs on
- *   FA2 (fas_plan_info.sm90_unused_reason says so). The paged family's decode kernel (paged and
+ *   query tile (a plan's cost grows with the window, not with the sequence); since 0.5 its
+ *   fp16/bf16 kernels serve right > 0 too (the causal kernels, varlen, paged, softcap and packed,
+ *   with the diagonal moved right: the keys right of every window are not loaded either; a right
+ *   window that reaches every row's last key, right >= the longest sequence's queries - 1, is no
+ *   limit and runs the non-causal kernel), FP8 plans right = 0 or -1 only; other right > 0
+ *   plans run on FA2 (fas_plan_info.sm90_unused_reason says why). The paged family's decode kernel (paged and
  *   decode-shaped varlen plans whose queries per sequence x query heads per KV head fit its
  *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on every
  *   card, caches of q's type up to head dim 128) serves

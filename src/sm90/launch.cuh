@@ -45,15 +45,19 @@ namespace fas_sm90 {
 // Attention-variant parameters of the plain 16-bit kernels: the softmax scale and the sinks
 // (sm90/sinks.cuh; NULL: none). Members that the variants probe with DEFINE_HAS_MEMBER and that
 // are left out (q/k/v scales, multi-item scoring) take the kernel's defaults (1, nullptr / 0).
+// window_right: keys right of the diagonal that a causal kernel's rows see (0: causal; a right
+// window, which our kernel body applies: sm90/prefill_body.cuh).
 struct SoftmaxScaleAndSinks {
     float sm_scale;
     const float* sinks;
+    int window_right;
 };
 
-// Of the softcap kernels (FlashInfer's LogitsSoftCap variant reads these two).
+// Of the softcap kernels (FlashInfer's LogitsSoftCap variant reads the first two).
 struct SoftmaxScaleAndCap {
     float sm_scale;
     float logits_soft_cap;
+    int window_right;
 };
 
 // FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/softmax.cuh).
@@ -117,6 +121,7 @@ struct Assembly16 {
     // Varlen and paged kernels take a left window (a plan without one passes kNoWindow): the mask
     // costs a compare on the diagonal tiles only, and one kernel serves both.
     static constexpr bool kWindow = S != Scores::kSegments;
+    static constexpr bool kCausal = Causal;
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
@@ -136,11 +141,11 @@ struct Assembly16 {
     }
     static Additional additional(const RaggedArgs& args) {
         if constexpr (S == Scores::kSoftcap) {
-            return {args.softmax_scale, args.softcap};
+            return {args.softmax_scale, args.softcap, Causal ? args.window_right : 0};
         } else if constexpr (S == Scores::kSegments) {
             return {args.softmax_scale, packed_row_keys(args), args.sinks};
         } else {
-            return {args.softmax_scale, args.sinks};
+            return {args.softmax_scale, args.sinks, Causal ? args.window_right : 0};
         }
     }
 };
@@ -151,6 +156,7 @@ template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int St
           bool Softcap = false>
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
+    static constexpr bool kCausal = Causal;  // (the FP8 kernels take no right window: window_right 0)
     using Additional = std::conditional_t<Softcap, Fp8DescalesAndCap, Fp8Descales>;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
@@ -185,6 +191,14 @@ constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
 // window_left of a kernel with a left window when the plan has none: wider than any sequence
 // (FlashInfer's masks subtract it from row + kv_len - qo_len: no overflow below 2^30 keys).
 constexpr int kNoWindow = 1 << 30;
+
+// The left window a 16-bit kernel's mainloop takes: the plan's, or kNoWindow; a causal kernel
+// serving a right window (RaggedArgs::window_right) sees its diagonal that many keys further right
+// (sm90/prefill_body.cuh), so the left window's width grows by as much and its edge stays put.
+template <bool Causal>
+int window_left_param(const RaggedArgs& args) {
+    return (args.window_left >= 0 ? args.window_left : kNoWindow) + (Causal ? args.window_right : 0);
+}
 
 // Rows of `heads` contiguous heads of head_dim elements (the request's, <= the kernel's), row_stride
 // elements apart.
@@ -241,7 +255,7 @@ cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
          static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
          static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
-         args.window_left >= 0 ? args.window_left : kNoWindow, Assembly::additional(args)});
+         window_left_param<Assembly::kCausal>(args), Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
 }
 
@@ -263,6 +277,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
         (kIsFp8<Input> && (!fp8_kernel_serves(HeadDim, args.head_dim) || args.window_left >= 0)) ||
+        (args.window_right != 0 && (kIsFp8<Input> || !Causal || S == Scores::kSegments)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -279,7 +294,7 @@ template <typename Output, int HeadDim, bool Causal, bool Softcap>
 cudaError_t run_ragged_fp8_windowed(const RaggedArgs& args, cudaStream_t stream) {
     constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
     if (!fp8_kernel_serves(HeadDim, args.head_dim) || args.sinks != nullptr || (args.softcap > 0.f) != Softcap ||
-        (!Softcap && args.window_left < 0)) {
+        (!Softcap && args.window_left < 0) || args.window_right != 0) {
         return cudaErrorInvalidValue;
     }
     // At head dim 256 softcap plans without a window take a kernel without the window template,

@@ -19,7 +19,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
     // A left window as the varlen kernels take it (the plan starts each tile's keys at the page
     // holding its window's first key: sm90/tile_keys.h).
     if (args.head_dim != HeadDim || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
-        (args.sinks != nullptr && S == Scores::kSoftcap)) {
+        (args.sinks != nullptr && S == Scores::kSoftcap) || (args.window_right != 0 && !Causal)) {
         return cudaErrorInvalidValue;
     }
     constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
@@ -35,7 +35,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), layout(args.nnz_qo, args.num_qo_heads, args.q_row_stride),
          static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
-         args.window_left >= 0 ? args.window_left : kNoWindow, args.page_stride, args.page_stride,
+         window_left_param<Causal>(args), args.page_stride, args.page_stride,
          static_cast<uint32_t>(args.page_size), Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }

@@ -38,6 +38,7 @@ fas_status create_plan(const fas::Layout& layout, const Kernel* kernel, const Pl
     ragged.num_kv_heads = layout.num_heads_k;
     ragged.head_dim = layout.head_dim;
     ragged.window_left = layout.window_left;
+    ragged.window_right = schedule_layout.packed ? 0 : schedule_layout.window_right;
     ragged.softcap = layout.softcap;
     ragged.softmax_scale = layout.softmax_scale;
     ragged.device = device.index;

@@ -6,7 +6,8 @@
 // is ours here, so that a later step can issue the next item's first QK^T before the current
 // item's last PV wait. It does what the pinned body does, in the same order (the body of every
 // 16-bit kernel since 2026-12-02: on the H200 the same key loops, bit-identical outputs and the
-// same speed for the varlen, paged and packed kernels; docs/design/sm90-epilogue-overlap.md).
+// same speed for the varlen, paged and packed kernels; docs/design/sm90-epilogue-overlap.md), and
+// one thing more: a causal kernel's diagonal moves right by the plan's right window (below).
 //
 //   warpgroup 0 (producer): one warp (TMA K/V) or all four (the paged kernels' cp.async gather)
 //     load every work item's Q, K and V through the mainloop's load(), then drain the pipelines;
@@ -14,8 +15,16 @@
 //     reached through ADL where the shared storage is ours) and our epilogue's store.
 // A work tile whose query tile lies past its sequence's queries is skipped by both roles; one
 // with no key tile (an empty key range) writes zeros and an LSE of -inf (store_zero).
+//
+// Right windows (FlashAttention's window_size_right > 0) run on the causal kernels: FlashInfer's
+// loads, tile counts and masks see the diagonal only through kv_len - qo_len, so both roles give
+// them qo_len - right (the diagonal `right` keys further right; the left window's width grows by
+// as much in the launch, window_left_param, so its edge stays) and keep the real qo_len for
+// which tiles exist, the variant and the epilogue. The Q load only tiles by it.
 #ifndef FAS_SM90_PREFILL_BODY_CUH
 #define FAS_SM90_PREFILL_BODY_CUH
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
@@ -45,6 +54,24 @@ constexpr uint32_t stage_bytes() {
     } else {
         return 0;
     }
+}
+
+// Keys right of the diagonal that a causal kernel's rows see (sm90/launch.cuh's variant
+// parameters; 0 where they have no such member: causal, or the packed kernels' row table).
+template <typename Additional, typename = void>
+struct RightWindow {
+    static CUTLASS_DEVICE int of(const Additional&) { return 0; }
+};
+template <typename Additional>
+struct RightWindow<Additional, std::void_t<decltype(Additional::window_right)>> {
+    static CUTLASS_DEVICE int of(const Additional& additional) { return additional.window_right; }
+};
+
+// The block as the mainloop's masks and tile counts see it: the diagonal moved right by `right`.
+template <typename Block>
+CUTLASS_DEVICE Block shift_diagonal(Block block, int right) {
+    cute::get<5>(block) -= right;  // qo_len
+    return block;
 }
 
 template <typename Mainloop, typename Epilogue, typename Kernel, bool Window, bool Causal, typename Scheduler>
@@ -100,6 +127,9 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     __syncthreads();  // every barrier initialized before any role waits on one
 
     Scheduler scheduler;
+    const int right = Causal ? RightWindow<decltype(mainloop_params.additional_params)>::of(
+                                   mainloop_params.additional_params)
+                             : 0;
     if (warpgroup == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Registers::kProducer>();
         const int warp_in_group = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0);
@@ -112,13 +142,13 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
             const auto block = work.get_block_coord(scheduler_params);
             const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block;
             if (q_tile * kCtaQ >= qo_len) continue;
-            if (mainloop.get_num_kv_tiles(mainloop_params, q_tile, qo_len, kv_len) <= 0) {
+            if (mainloop.get_num_kv_tiles(mainloop_params, q_tile, qo_len - right, kv_len) <= 0) {
                 scheduler.prefetch_next_work(scheduler_params, work);
                 scheduler.broadcast_next_work(work);
                 continue;
             }
             mainloop.template load<Window>(mainloop_params, pipeline_k, pipeline_v, write_k, write_v, storage,
-                                           scheduler, scheduler_params, work, block, work_idx);
+                                           scheduler, scheduler_params, work, shift_diagonal(block, right), work_idx);
             ++work_idx;
         }
         mainloop.load_tail(pipeline_k, pipeline_v, write_k, write_v);
@@ -141,7 +171,8 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
         typename Kernel::AttentionVariant variant(mainloop_params, block);
         auto updater = variant.template GetAttentionUpdater<2 * (2 * kCtaQ / kConsumerThreads)>();
         if (q_tile * kCtaQ >= qo_len) continue;
-        const int kv_tiles = mainloop.get_num_kv_tiles(mainloop_params, q_tile, qo_len, kv_len);
+        const int mask_qo_len = qo_len - right;  // the diagonal the masks see
+        const int kv_tiles = mainloop.get_num_kv_tiles(mainloop_params, q_tile, mask_qo_len, kv_len);
         if (kv_tiles <= 0) {
             epilogue.store_zero(epilogue_params, storage, consumer_thread, block);
             continue;
@@ -149,16 +180,16 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
         int window_first_tile = 0, window_last_tile = -1;
         if constexpr (Window) {
             window_first_tile = flashinfer::get_swa_begin_kv_tile_idx<Kernel::CTA_Q, Kernel::CTA_KV>(
-                mainloop_params.window_left, q_tile, qo_len, kv_len);
+                mainloop_params.window_left, q_tile, mask_qo_len, kv_len);
             window_last_tile = flashinfer::get_swa_end_kv_tile_idx<Kernel::CTA_Q, Kernel::CTA_KV>(
-                mainloop_params.window_left, q_tile, qo_len, kv_len);
+                mainloop_params.window_left, q_tile, mask_qo_len, kv_len);
         }
         // Unqualified: argument-dependent lookup finds a consumer loop of ours where the shared
         // storage type is ours and has one (wip/double-q), FlashInfer's otherwise.
         using flashinfer::mma_f16;
         mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, typename Mainloop::WarpScheduler>(
             mainloop_params, variant, pipeline_k, pipeline_v, read_k, read_v, tOrO, updater, kv_tiles,
-            window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, qo_len, kv_len, qo_head,
+            window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len, qo_head,
             kv_head, /*prefix_len=*/0u, /*token_pos_in_items=*/nullptr);
         epilogue.store(epilogue_params, tOrO, updater.get_lse(), storage, tiled_mma_pv, consumer_thread, block);
         ++work_idx;

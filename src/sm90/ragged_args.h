@@ -63,8 +63,12 @@ struct RaggedArgs {
     // Keys left of a query's diagonal key that it sees (FlashAttention's window_size_left), -1 =
     // all. fp16/bf16 varlen and paged kernels, FP8 ones of launch_ragged_fp8_window (>= 0 there)
     // and of launch_ragged_fp8_softcap (either), -1 on the other FP8 kernels; the right side is the
-    // kernel's causal flag.
+    // kernel's causal flag, and window_right.
     int window_left;
+    // Keys right of a query's diagonal key that it sees, on the 16-bit causal varlen and paged
+    // kernels (a right window, FlashAttention's window_size_right > 0); 0 everywhere else (causal,
+    // non-causal, FP8, packed: their row table carries it).
+    int window_right;
     // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap,
     // launch_ragged_fp8_softcap and launch_paged_ragged_softcap kernels only).
     float softcap;

@@ -123,7 +123,7 @@ void fill_packs(const PlanLayout& layout, const std::vector<Pack>& packs, TileWo
             const int32_t sk = kv_length(layout, i);
             for (int32_t r = 0; r < sq; ++r) {
                 const int32_t diagonal = r + sk - sq;
-                const int32_t hi = layout.causal ? std::min(sk, diagonal + 1) : sk;
+                const int32_t hi = layout.causal ? std::min(sk, diagonal + 1 + layout.window_right) : sk;
                 const int32_t lo = layout.window_left < 0 ? 0 : std::max(0, diagonal - layout.window_left);
                 row_keys[layout.cu_seqlens_q[i] + r] = pack_row_keys(kv_offset + lo, kv_offset + hi);
             }
@@ -172,7 +172,8 @@ WindowUnits window_units(const PlanLayout& layout) {
         costs.assign((qo_len + rows - 1) / rows, 0);
         for (int32_t t = 0; t < static_cast<int32_t>(costs.size()); ++t) {
             const TileKeys keys = tile_keys(t, rows, 0, kv_len, qo_len, layout.window_left, paged_keys(layout));
-            const int64_t last = std::min<int64_t>(kv_len, static_cast<int64_t>(t + 1) * rows + kv_len - qo_len);
+            const int64_t last = std::min<int64_t>(
+                kv_len, static_cast<int64_t>(t + 1) * rows + kv_len - qo_len + layout.window_right);
             costs[t] = std::max<int64_t>(0, last - (kv_len - keys.length));
         }
         const std::vector<TileUnit> units = balanced_units(costs, rows);
@@ -252,9 +253,10 @@ std::string layout_unsupported_reason(const PlanLayout& layout) {
             why << "sequence " << i << " has " << sq << " queries and no key";
             return why.str();
         }
-        if (layout.causal && sq > sk) {
-            why << "causal sequence " << i << " has more queries (" << sq << ") than keys (" << sk
-                << "), so some rows see no key";
+        if (layout.causal && sq > sk + layout.window_right) {
+            why << "causal sequence " << i << " has more queries (" << sq << ") than keys (" << sk << ")";
+            if (layout.window_right > 0) why << " plus the right window (" << layout.window_right << ")";
+            why << ", so some rows see no key";
             return why.str();
         }
     }

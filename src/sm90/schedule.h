@@ -28,6 +28,9 @@ struct PlanLayout {
     bool fp8;      // e4m3 inputs (the FP8 kernels' tile shapes)
     int sm_count;  // of the device the plan is made on (the current device)
     int window_left = -1;  // keys left of the diagonal a query sees (-1 = all): tiles skip the rest
+    // Causal plans: keys right of the diagonal a query sees. 0: causal; > 0: a right window, which
+    // the causal kernels serve with their diagonal moved right (sm90/prefill_body.cuh).
+    int window_right = 0;
     // Short sequences share query tiles (sm90/packed_args.h); head_dim is the packed kernel's.
     // Set only where packs_pay() said so.
     bool packed = false;

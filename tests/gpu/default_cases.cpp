@@ -3,6 +3,7 @@
 // per compiled kernel, for one dtype.
 #include "gpu_test.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -74,25 +75,30 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
     // Local windows through plans (FlashAttention's window_size, bottom-right aligned): widths 0, 1,
     // 64 and 4096 on sequences shorter and longer than the window, causal (right 0) and not
     // (right -1), GQA 1, 7 and 8; SM90 serves them where its head dim 128 kernel is built, FA2
-    // the right > 0 windows (and everything where SM90 cannot).
+    // everything where SM90 cannot. Right windows (> 0) run on SM90's causal kernel, its diagonal
+    // moved right: 1, 8 and 16 keys (within a key tile), 130 and 150 (past one; 200 queries, so
+    // some rows are limited), alone or with a left window; one that reaches every row's last key
+    // (300 over at most 200 queries) is no limit, the non-causal kernel's.
     if (fas_query_plan_support(dtype, 128, 1, nullptr, nullptr) == FAS_SUCCESS) {
         const struct {
             int left, right, heads_q, heads_kv;
-        } windows[] = {{0, 0, 8, 8},     {1, 0, 14, 2},   {64, 0, 16, 2},  {4096, 0, 8, 8},   {0, -1, 14, 2},
-                       {1, -1, 16, 2},   {64, -1, 8, 8},  {4096, -1, 14, 2}, {64, 16, 16, 2}, {-1, 8, 8, 8}};
+        } windows[] = {{0, 0, 8, 8},     {1, 0, 14, 2},   {64, 0, 16, 2},   {4096, 0, 8, 8},   {0, -1, 14, 2},
+                       {1, -1, 16, 2},   {64, -1, 8, 8},  {4096, -1, 14, 2}, {64, 16, 16, 2},  {-1, 8, 8, 8},
+                       {0, 1, 14, 2},    {64, 150, 16, 2}, {-1, 130, 8, 8},  {300, 130, 16, 2}, {-1, 300, 14, 2}};
+        const std::vector<int> lengths = quick ? std::vector<int>{1, 37, 200, 129}
+                                               : std::vector<int>{1, 37, 200, 129, 5000, 64};
+        const int max_length = *std::max_element(lengths.begin(), lengths.end());
         for (const auto& w : windows) {
-            if (w.right > 0 && fas_query_support(dtype, 128, 0, nullptr) != FAS_SUCCESS) continue;  // no FA2 here
             const bool causal = w.right == 0;
-            // SM90 takes right 0 or -1 where its kernel is built; right > 0 is FA2's.
+            // The kernel that serves it: the causal one for right >= 0 windows that limit some row.
+            const bool causal_kernel = w.right >= 0 && w.right < max_length - 1;
             fas_family family = FAS_FAMILY_FA2;
-            if (w.right > 0 || fas_query_plan_support(dtype, 128, causal, &family, nullptr) != FAS_SUCCESS) {
+            if (fas_query_plan_support(dtype, 128, causal_kernel, &family, nullptr) != FAS_SUCCESS) {
                 family = FAS_FAMILY_FA2;
+                if (w.right > 0 && fas_query_support(dtype, 128, 0, nullptr) != FAS_SUCCESS) continue;  // neither
             }
             AttentionCase local = plan_case("window-" + std::to_string(w.left) + "/" + std::to_string(w.right), dtype,
-                                            w.heads_q, w.heads_kv, 128, causal,
-                                            quick ? std::vector<int>{1, 37, 200, 129}
-                                                  : std::vector<int>{1, 37, 200, 129, 5000, 64},
-                                            family);
+                                            w.heads_q, w.heads_kv, 128, causal, lengths, family);
             local.use_window = true;
             local.window_left = w.left;
             local.window_right = w.right;
@@ -134,6 +140,18 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
         soft.softcap = cap.cap;
         soft.use_window = cap.left >= 0;
         soft.window_left = cap.left;
+        cases.push_back(soft);
+    }
+    // A right window on the causal softcap kernel (its diagonal moved right, as the plain kernels').
+    if (has_kernel("sm90_softcap", dtype, 128, true)) {
+        AttentionCase soft = plan_case("softcap-50-window-64/100", dtype, 16, 2, 128, false,
+                                       quick ? std::vector<int>{1, 37, 200, 129, 300}
+                                             : std::vector<int>{1, 37, 200, 129, 300, 1500, 64},
+                                       FAS_FAMILY_SM90);
+        soft.softcap = 50.f;
+        soft.use_window = true;
+        soft.window_left = 64;
+        soft.window_right = 100;
         cases.push_back(soft);
     }
     // Sinks (gpt-oss: head dim 64, GQA 64/8, layers alternating a causal window of 128 keys with

@@ -70,6 +70,15 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
     window.window_left = 16;
     window.window_right = 0;
     cases->push_back(window);
+    // Right windows: the row table's last key moves right (with a left window, and alone).
+    for (const int left : {16, -1}) {
+        AttentionCase right = packed_case("packed-window-" + std::to_string(left) + "/8", dtype, 8, 8, 128, false,
+                                          {64, 37, 100, 5, 64, 64, 20}, {64, 37, 100, 5, 64, 64, 90}, true);
+        right.use_window = true;
+        right.window_left = left;
+        right.window_right = 8;
+        cases->push_back(right);
+    }
     // Non-causal rows with fewer keys than queries, and more; head dim 72 rounds up.
     cases->push_back(packed_case("packed-full-uneven", dtype, 16, 16, 72, false, {30, 5, 60, 1, 20},
                                  {20, 64, 40, 7, 1}, true));

@@ -98,9 +98,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     fas_plan_args args = paged_plan_args(c.fp8_q ? FAS_DTYPE_E4M3 : dtype, cu_q.data(), kv_lengths.data(), batch,
                                          c.heads_q, c.heads_kv, c.head_dim, c.causal, c.page_size, num_pages, ids.data());
     args.out_dtype = dtype;
-    args.use_window = c.window_left >= 0 ? 1 : 0;
+    args.use_window = c.window_left >= 0 || c.window_right > 0 ? 1 : 0;
     args.window_size_left = c.window_left;
-    args.window_size_right = 0;
+    args.window_size_right = c.causal ? 0 : c.window_right;
     args.softcap = c.softcap;
     args.kv_dtype = c.fp8_kv && !c.fp8_q ? FAS_DTYPE_E4M3 : FAS_DTYPE_FP16;  // FP8 plans: 0 = e4m3 caches
     args.use_sinks = c.sinks ? 1 : 0;
@@ -123,15 +123,16 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
                                          : std::string());
     int queried_tile = 0;
     const int max_q = *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
+    const bool causal_kernel = c.causal || c.window_right > 0;  // right windows run on the causal kernels
     const fas_status queried =
-        fas_query_paged_support(dtype, c.head_dim, c.causal ? 1 : 0, max_q, c.heads_q / c.heads_kv, &queried_tile);
+        fas_query_paged_support(dtype, c.head_dim, causal_kernel ? 1 : 0, max_q, c.heads_q / c.heads_kv, &queried_tile);
     // Chunked prefill (more than 8 queries) takes the SM90 paged kernel where one is built: one
     // query head per tile row, no split; otherwise the paged family packs the group into rows.
     // Mixed plans: the decode part on the paged family (its packing), the prefill part as above.
     const bool mixed = c.expect_decode_sequences > 0;
     const char* sm90_paged = c.softcap > 0.f ? "sm90_paged_softcap" : "sm90_paged";
     const bool sm90 = c.expect_family >= 0 ? c.expect_family == FAS_FAMILY_SM90
-                                           : max_q > 8 && !c.fp8_kv && has_kernel(sm90_paged, dtype, c.head_dim, c.causal);
+                                           : max_q > 8 && !c.fp8_kv && has_kernel(sm90_paged, dtype, c.head_dim, causal_kernel);
     const int packed = sm90 && !mixed ? 1 : c.heads_q / c.heads_kv;
     const int family = mixed ? FAS_FAMILY_MIXED : sm90 ? FAS_FAMILY_SM90 : FAS_FAMILY_PAGED;
     if (info.family != family || info.total_pages != total_pages || info.packed_gqa != packed ||
@@ -182,9 +183,9 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
     const bool same_runs = outs[0] == outs[1] && std::memcmp(lses[0].data(), lses[1].data(), lse_dev.bytes()) == 0;
 
     AttentionCase ref_case{c.name, dtype, c.heads_q, c.heads_kv, c.head_dim, c.causal, true, c.seqlens_q, c.seqlens_k};
-    ref_case.use_window = c.window_left >= 0;
+    ref_case.use_window = c.window_left >= 0 || c.window_right > 0;
     ref_case.window_left = c.window_left;
-    ref_case.window_right = 0;
+    ref_case.window_right = c.causal ? 0 : c.window_right;
     ref_case.softcap = c.softcap;
     ref_case.sinks = sinks;
     const Reference ref = compute_reference(ref_case, q.values, k.values, v.values, 1.f / std::sqrt(float(c.head_dim)));
@@ -206,6 +207,7 @@ CaseOutcome run_paged_case(const PagedCase& c, fas_dtype dtype, uint64_t seed, c
 std::string describe(const PagedCase& c, fas_dtype dtype) {
     char text[200];
     const std::string masks = (c.window_left >= 0 ? " window=" + std::to_string(c.window_left) : std::string()) +
+                              (c.window_right > 0 ? " right=" + std::to_string(c.window_right) : std::string()) +
                               (c.softcap > 0.f ? " softcap=" + std::to_string(static_cast<int>(c.softcap)) : std::string()) +
                               (c.sinks ? " sinks" : "");
     std::snprintf(text, sizeof text, "%-26s %s%s hdim=%d %d/%d %s%s page=%d b=%zu q=%d..%d k=%d..%d", c.name.c_str(),
@@ -346,6 +348,16 @@ void report_paged_cases(fas_dtype dtype, bool quick, cudaStream_t stream, Tally*
                              0, -1, 300});
             cases.push_back({"paged-chunked-window-0", 16, 2, head_dim, true, 16, {100, 20}, {600, 20}, false, 0, -1,
                              0});
+            // Right windows (the causal kernel's diagonal moved right): 100 keys with a left window
+            // of 64, and 20 alone over pages of 1 (sequences with fewer keys than queries + right).
+            PagedCase right{"paged-chunked-window-right", 16, 2, head_dim, false, 16, {200, 100, 37}, {1500, 100, 700},
+                            false, 0, -1, 64};
+            right.window_right = 100;
+            cases.push_back(right);
+            PagedCase right_only{"paged-chunked-right-only", 14, 2, head_dim, false, 1, {130, 40}, {300, 30}, false, 0,
+                                 -1, -1};
+            right_only.window_right = 20;
+            cases.push_back(right_only);
             // A mixed batch under one window: the decode part on the paged family, the prefill on SM90.
             cases.push_back({"paged-mixed-window", 16, 2, head_dim, true, 16, {1, 1, 40, 100}, {700, 3000, 300, 600},
                              false, 0, -1, 128, 0.f, 2});

@@ -29,6 +29,7 @@ struct PagedCase {
     bool fp8_q = false;
     int expect_tile_rows = 0;  // > 0: fas_plan_info.query_tile_rows
     bool sinks = false;        // use_sinks, with a random sink logit in [-2, 8] per query head
+    int window_right = 0;      // > 0 with causal false: a right window (use_window; left window_left)
 };
 
 // FP8 KV caches (e4m3, per-head descales) and FP8 plans (e4m3 q) over them, every head dim whose
