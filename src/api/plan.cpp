@@ -199,9 +199,6 @@ std::string sm90_unusable_reason(const Layout& layout, const KvCache& kv, const 
     if (args.device_lengths != 0) return "device-length plans run on the paged family's decode kernel";
     if (has_fp8_kv_cache(layout)) return "FP8 (e4m3) KV caches run on the paged family's decode kernel";
     if (layout.window_right > 0) {
-        if (layout.dtype == FAS_DTYPE_E4M3) {
-            return "window_size_right > 0: the SM90 FP8 kernels mask the right side as causal (0) or not at all (-1)";
-        }
         // A right window runs on the causal kernels, their diagonal moved right by it (our kernel
         // body; packed plans: the row table); one that reaches every row's last key is no limit.
         if (layout.window_right < layout.max_seqlen_q - 1) {

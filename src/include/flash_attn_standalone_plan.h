@@ -65,12 +65,13 @@
  *   causal sets right to 0, so (left, 0) is a causal sliding window (Mistral, Gemma) and
  *   (-1, -1) no window at all. Families: SM90 serves right = 0 (its causal kernels) and right =
  *   -1 (its non-causal kernels) with any left, skipping the key tiles left of every window of a
- *   query tile (a plan's cost grows with the window, not with the sequence); since 0.5 its
- *   fp16/bf16 kernels serve right > 0 too (the causal kernels, varlen, paged, softcap and packed,
- *   with the diagonal moved right: the keys right of every window are not loaded either; a right
+ *   query tile (a plan's cost grows with the window, not with the sequence); since 0.5 it
+ *   serves right > 0 too, on its causal kernels with the diagonal moved right (varlen, paged,
+ *   softcap and packed; FP8 on the causal FP8 kernels, with a left window on "sm90_fp8_window" or
+ *   "sm90_fp8_softcap" ones): the keys right of every window are not loaded either; a right
  *   window that reaches every row's last key, right >= the longest sequence's queries - 1, is no
- *   limit and runs the non-causal kernel), FP8 plans right = 0 or -1 only; other right > 0
- *   plans run on FA2 (fas_plan_info.sm90_unused_reason says why). The paged family's decode kernel (paged and
+ *   limit and runs the non-causal kernel. Other right > 0 plans run on FA2
+ *   (fas_plan_info.sm90_unused_reason says why). The paged family's decode kernel (paged and
  *   decode-shaped varlen plans whose queries per sequence x query heads per KV head fit its
  *   16-row tiles, e.g. one query at GQA 16, or 32-row ones, e.g. 4 queries at GQA 8 on every
  *   card, caches of q's type up to head dim 128) serves
@@ -80,7 +81,8 @@
  *   row's first key; other paged plans with a window (the 64-row paged tiles, e.g. paged plans
  *   on cards other than SM90) fail with FAS_ERROR_NOT_BUILT. A row that sees no key (e.g.
  *   left = 0 and right = 0 with sk < sq) gets out = 0. FP8 plans over contiguous K and V take a
- *   left window (right 0 or -1) on FP8 kernels of their own (family "sm90_fp8_window", since 0.5;
+ *   left window (right 0 or -1; or > 0 on the causal one) on FP8 kernels of their own (family
+ *   "sm90_fp8_window", since 0.5;
  *   `full` builds them causal at head dims 128 and 256; elsewhere FAS_ERROR_NOT_BUILT; with a
  *   softcap too, "sm90_fp8_softcap" below). Softcap
  *   (fas_plan_args.softcap > 0, any mask): SM90 runs it on its softcap kernels (family

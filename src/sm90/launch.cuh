@@ -6,8 +6,9 @@
 // (launch_ragged_fp8_softcap). What is ours: the tile shapes (sm90/tiles.h),
 // the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues (sm90/ordered_epilogue.cuh;
 // the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout
-// (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh) and the arguments; the
-// kernels and the other collectives are the pinned upstream's. Included only by the
+// (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh), the kernel body
+// (sm90/prefill_body.cuh) and the arguments; the key loops and the other collectives are the
+// pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
 // launch_ragged<InputDtype, OutputDtype, HeadDim, Causal>, launch_ragged_fp8_window<OutputDtype,
 // HeadDim, Causal>, launch_ragged_fp8_softcap<OutputDtype, HeadDim, Causal>,
@@ -71,7 +72,8 @@ struct SoftcapAttention : flashinfer::LogitsSoftCap {
     }
 };
 
-// Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar).
+// Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar);
+// window_right as SoftmaxScaleAndSinks'.
 struct Fp8Descales {
     float sm_scale;
     const float* maybe_scale_q;
@@ -80,6 +82,7 @@ struct Fp8Descales {
     float scale_k_scalar;
     const float* maybe_scale_v;
     float scale_v_scalar;
+    int window_right;
 };
 
 // Of the FP8 softcap kernels: the same and the cap (OrderedEpilogueFP8Attention<D, true> reads it).
@@ -156,7 +159,7 @@ template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int St
           bool Softcap = false>
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
-    static constexpr bool kCausal = Causal;  // (the FP8 kernels take no right window: window_right 0)
+    static constexpr bool kCausal = Causal;
     using Additional = std::conditional_t<Softcap, Fp8DescalesAndCap, Fp8Descales>;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
@@ -171,12 +174,12 @@ struct AssemblyFp8 {
                   "the upstream FP8 epilogue's row copy needs head_dim / 8 to divide the consumer threads");
     using Epilogue = std::conditional_t<kRoundsUp, Epilogue16<Traits>, flashinfer::FP8CollectiveEpilogue<Traits>>;
     static void* kernel() {
-        return reinterpret_cast<void*>(&flashinfer::FP8PrefillWithKVCacheKernel<Mainloop, Epilogue, Kernel,
-                                                                                /*LEFT_SLIDING_WINDOW=*/Window,
-                                                                                Causal, SerpentineTileScheduler>);
+        // Our kernel body (sm90/prefill_body.cuh), as the 16-bit kernels'.
+        return reinterpret_cast<void*>(&prefill_body<Mainloop, Epilogue, Kernel, Window, Causal, SerpentineTileScheduler>);
     }
     static Additional additional(const RaggedArgs& args) {
-        const Fp8Descales descales{args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f};
+        const Fp8Descales descales{args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f,
+                                   Causal ? args.window_right : 0};
         if constexpr (Softcap) {
             return {descales, args.softcap};
         } else {
@@ -277,7 +280,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     if (args.head_dim > HeadDim || args.head_dim % 8 != 0 || (args.softcap > 0.f) != (S == Scores::kSoftcap) ||
         (args.sinks != nullptr && (kIsFp8<Input> || S == Scores::kSoftcap)) ||
         (kIsFp8<Input> && (!fp8_kernel_serves(HeadDim, args.head_dim) || args.window_left >= 0)) ||
-        (args.window_right != 0 && (kIsFp8<Input> || !Causal || S == Scores::kSegments)) ||
+        (args.window_right != 0 && (!Causal || S == Scores::kSegments)) ||
         (S == Scores::kSegments && args.tiles_per_unit != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -294,7 +297,7 @@ template <typename Output, int HeadDim, bool Causal, bool Softcap>
 cudaError_t run_ragged_fp8_windowed(const RaggedArgs& args, cudaStream_t stream) {
     constexpr TileShape kTile = tile_shape(true, HeadDim, Causal);
     if (!fp8_kernel_serves(HeadDim, args.head_dim) || args.sinks != nullptr || (args.softcap > 0.f) != Softcap ||
-        (!Softcap && args.window_left < 0) || args.window_right != 0) {
+        (!Softcap && args.window_left < 0) || (args.window_right != 0 && !Causal)) {
         return cudaErrorInvalidValue;
     }
     // At head dim 256 softcap plans without a window take a kernel without the window template,

@@ -1,18 +1,20 @@
-// Our kernel body for the 16-bit SM90 prefill kernels (varlen, paged, packed), in place of the
-// pinned flashinfer::PrefillWithKVCacheKernel (flashinfer-python 0.7.2.post1,
-// hopper/prefill_sm90.cuh): the same roles and protocol, the parts FlashInfer's multi-item
-// scoring needs left out. It is the first step of issue 35's item loop
-// (docs/design/sm90-epilogue-overlap.md, "The next step"): the consumers' loop over work items
-// is ours here, so that a later step can issue the next item's first QK^T before the current
-// item's last PV wait. It does what the pinned body does, in the same order (the body of every
-// 16-bit kernel since 2026-12-02: on the H200 the same key loops, bit-identical outputs and the
-// same speed for the varlen, paged and packed kernels; docs/design/sm90-epilogue-overlap.md), and
-// one thing more: a causal kernel's diagonal moves right by the plan's right window (below).
+// Our kernel body for the SM90 prefill kernels (16-bit varlen, paged and packed; FP8), in place of
+// the pinned flashinfer::PrefillWithKVCacheKernel and FP8PrefillWithKVCacheKernel
+// (flashinfer-python 0.7.2.post1, hopper/prefill_sm90.cuh and quantization/prefill_sm90.cuh): the
+// same roles and protocol, the parts FlashInfer's multi-item scoring needs left out. It is the
+// first step of issue 35's item loop (docs/design/sm90-epilogue-overlap.md, "The next step"): the
+// consumers' loop over work items is ours here, so that a later step can issue the next item's
+// first QK^T before the current item's last PV wait. It does what the pinned bodies do, in the
+// same order (the 16-bit kernels' body since 2026-12-02: on the H200 the same key loops,
+// bit-identical outputs and the same speed for the varlen, paged and packed kernels;
+// docs/design/sm90-epilogue-overlap.md), and one thing more: a causal kernel's diagonal moves
+// right by the plan's right window (below).
 //
-//   warpgroup 0 (producer): one warp (TMA K/V) or all four (the paged kernels' cp.async gather)
-//     load every work item's Q, K and V through the mainloop's load(), then drain the pipelines;
-//   warpgroups 1.. (consumers): per work item, the mainloop's key loop (flashinfer::mma_f16,
-//     reached through ADL where the shared storage is ours) and our epilogue's store.
+//   warpgroup 0 (producer): one warp (16-bit TMA K/V) or all four (the paged kernels' cp.async
+//     gather; FP8's V transpose into V^T) load every work item's Q, K and V through the
+//     mainloop's load(), then drain the pipelines;
+//   warpgroups 1.. (consumers): per work item, the mainloop's key loop (flashinfer::mma_f16 or
+//     mma_fp8) and our epilogue's store.
 // A work tile whose query tile lies past its sequence's queries is skipped by both roles; one
 // with no key tile (an empty key range) writes zeros and an LSE of -inf (store_zero).
 //
@@ -32,6 +34,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include <flashinfer/attention/hopper/mainloop_mma.cuh>
+#include <flashinfer/attention/hopper/quantization/mainloop_mma.cuh>
 #include <flashinfer/attention/hopper/utils.cuh>
 
 namespace fas_sm90 {
@@ -45,14 +48,49 @@ struct RoleRegisters {
     static constexpr int kConsumer = TmaKV ? (kTwoConsumers ? 240 : 160) : (kTwoConsumers ? 216 : 144);
 };
 
-// TMA transaction bytes of a K or V stage; the cp.async (paged) pipelines count arrivals instead
-// and their mainloops name no such bytes.
+// FP8 mainloops: V is transposed in shared memory by the producer warpgroup (a third pipeline,
+// V^T, between it and the consumers).
+template <typename Mainloop, typename = void>
+struct TransposesV : std::false_type {};
+template <typename Mainloop>
+struct TransposesV<Mainloop, std::void_t<typename Mainloop::MainloopPipelineVt>> : std::true_type {};
+
+// TMA transaction bytes of a K or V stage (FP8: V's tile is K's shape, and its mainloop names only
+// K's); the cp.async (paged) pipelines count arrivals instead and their mainloops name no such bytes.
 template <typename Mainloop, bool V>
 constexpr uint32_t stage_bytes() {
-    if constexpr (Mainloop::USE_TMA_LOAD_KV) {
-        return V ? Mainloop::TmaTransactionBytesV : Mainloop::TmaTransactionBytesK;
-    } else {
+    if constexpr (!Mainloop::USE_TMA_LOAD_KV) {
         return 0;
+    } else if constexpr (TransposesV<Mainloop>::value || !V) {
+        return Mainloop::TmaTransactionBytesK;
+    } else {
+        return Mainloop::TmaTransactionBytesV;
+    }
+}
+
+// The output tile (CTA_Q x head dim) as each family's traits name it.
+template <typename Kernel, bool Fp8>
+CUTLASS_DEVICE auto output_tile_shape() {
+    if constexpr (Fp8) {
+        return cute::select<0, 2>(typename Kernel::TileShape_QKD{});
+    } else {
+        return cute::select<0, 1>(typename Kernel::TileShape_PDV{});
+    }
+}
+
+// The V^T pipeline of an FP8 kernel (the producer warpgroup's threads arrive, the consumers read);
+// nothing for the 16-bit ones.
+struct NoVtPipeline {};
+template <typename Mainloop, typename Storage>
+CUTLASS_DEVICE auto make_vt_pipeline(Storage& storage, int producers, int consumers) {
+    if constexpr (TransposesV<Mainloop>::value) {
+        using Vt = typename Mainloop::MainloopPipelineVt;
+        typename Vt::Params params;
+        params.producer_arv_count = producers;
+        params.consumer_arv_count = consumers;
+        return Vt(storage.pipeline_vt, params);
+    } else {
+        return NoVtPipeline{};
     }
 }
 
@@ -83,6 +121,7 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     using Pipeline = typename Mainloop::MainloopPipeline;
     using PipelineState = typename Pipeline::PipelineState;
     constexpr bool kTmaKV = Mainloop::USE_TMA_LOAD_KV;
+    constexpr bool kFp8 = TransposesV<Mainloop>::value;
     constexpr int kConsumerThreads = Kernel::NUM_MMA_THREADS;
     constexpr int kProducerThreads = cutlass::NumThreadsPerWarpGroup;
     constexpr int kCtaQ = Kernel::CTA_Q;
@@ -121,7 +160,12 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     };
     // (The pipelines' constructors fence the barrier initialization above.)
     Pipeline pipeline_k = make_pipeline(storage.pipeline_k, stage_bytes<Mainloop, /*V=*/false>());
+    if constexpr (kFp8) {  // V lands for the producer warpgroup, which transposes it
+        pipeline_params.role = Pipeline::ThreadCategory::ProducerConsumer;
+        pipeline_params.num_consumers = kProducerThreads;
+    }
     Pipeline pipeline_v = make_pipeline(storage.pipeline_v, stage_bytes<Mainloop, /*V=*/true>());
+    auto pipeline_vt = make_vt_pipeline<Mainloop>(storage, kProducerThreads, kConsumerThreads);
     Mainloop mainloop;
     Epilogue epilogue;
     __syncthreads();  // every barrier initialized before any role waits on one
@@ -133,9 +177,11 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     if (warpgroup == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Registers::kProducer>();
         const int warp_in_group = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0);
-        if (kTmaKV && warp_in_group != 0) return;  // one warp issues the TMA copies
+        // One warp issues the TMA copies (FP8: all four transpose V).
+        if (kTmaKV && !kFp8 && warp_in_group != 0) return;
         PipelineState write_k = cutlass::make_producer_start_state<Pipeline>();
-        PipelineState write_v = cutlass::make_producer_start_state<Pipeline>();
+        // 16-bit: V's write state. FP8: one state writes K and V, this one reads V for the transpose.
+        PipelineState state_v = kFp8 ? PipelineState{} : cutlass::make_producer_start_state<Pipeline>();
         int work_idx = 0;
         for (auto work = scheduler.get_initial_work(scheduler_params); work.is_valid(scheduler_params);
              work = scheduler.template get_next_work</*is_producer=*/true>(scheduler_params, work)) {
@@ -147,11 +193,22 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
                 scheduler.broadcast_next_work(work);
                 continue;
             }
-            mainloop.template load<Window>(mainloop_params, pipeline_k, pipeline_v, write_k, write_v, storage,
-                                           scheduler, scheduler_params, work, shift_diagonal(block, right), work_idx);
+            if constexpr (kFp8) {
+                mainloop.template load<Window>(mainloop_params, pipeline_k, pipeline_v, pipeline_vt, write_k,
+                                               state_v, storage, scheduler, scheduler_params, work,
+                                               shift_diagonal(block, right), work_idx);
+            } else {
+                mainloop.template load<Window>(mainloop_params, pipeline_k, pipeline_v, write_k, state_v, storage,
+                                               scheduler, scheduler_params, work, shift_diagonal(block, right),
+                                               work_idx);
+            }
             ++work_idx;
         }
-        mainloop.load_tail(pipeline_k, pipeline_v, write_k, write_v);
+        if constexpr (kFp8) {
+            mainloop.load_tail(pipeline_k, pipeline_v, write_k);
+        } else {
+            mainloop.load_tail(pipeline_k, pipeline_v, write_k, state_v);
+        }
         return;
     }
 
@@ -165,7 +222,8 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     CUTLASS_PRAGMA_NO_UNROLL
     for (auto work = scheduler.get_initial_work(scheduler_params); work.is_valid(scheduler_params);
          work = scheduler.template get_next_work</*is_producer=*/false>(scheduler_params, work)) {
-        Tensor tOrO = partition_fragment_C(tiled_mma_pv, select<0, 1>(typename Kernel::TileShape_PDV{}));
+        Tensor tOrO = partition_fragment_C(tiled_mma_pv, output_tile_shape<Kernel, kFp8>());
+        if constexpr (kFp8) clear(tOrO);  // (as FlashInfer's FP8 body does)
         const auto block = work.get_block_coord(scheduler_params);
         const auto [q_tile, qo_head, kv_head, qo_start, kv_start, qo_len, kv_len, batch] = block;
         typename Kernel::AttentionVariant variant(mainloop_params, block);
@@ -184,13 +242,21 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
             window_last_tile = flashinfer::get_swa_end_kv_tile_idx<Kernel::CTA_Q, Kernel::CTA_KV>(
                 mainloop_params.window_left, q_tile, mask_qo_len, kv_len);
         }
-        // Unqualified: argument-dependent lookup finds a consumer loop of ours where the shared
-        // storage type is ours and has one (wip/double-q), FlashInfer's otherwise.
-        using flashinfer::mma_f16;
-        mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, typename Mainloop::WarpScheduler>(
-            mainloop_params, variant, pipeline_k, pipeline_v, read_k, read_v, tOrO, updater, kv_tiles,
-            window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len, qo_head,
-            kv_head, /*prefix_len=*/0u, /*token_pos_in_items=*/nullptr);
+        // Unqualified: argument-dependent lookup would find a consumer loop of ours taking the
+        // variant's type (sm90-mainloop-plan.md, the takeover door), FlashInfer's otherwise.
+        if constexpr (kFp8) {
+            using flashinfer::mma_fp8;
+            mma_fp8<Kernel, Window, Causal, typename Mainloop::WarpScheduler>(
+                mainloop_params, variant, pipeline_k, pipeline_vt, read_k, read_v, tOrO, updater, kv_tiles,
+                window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len,
+                qo_head, kv_head, batch);
+        } else {
+            using flashinfer::mma_f16;
+            mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, typename Mainloop::WarpScheduler>(
+                mainloop_params, variant, pipeline_k, pipeline_v, read_k, read_v, tOrO, updater, kv_tiles,
+                window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len,
+                qo_head, kv_head, /*prefix_len=*/0u, /*token_pos_in_items=*/nullptr);
+        }
         epilogue.store(epilogue_params, tOrO, updater.get_lse(), storage, tiled_mma_pv, consumer_thread, block);
         ++work_idx;
     }

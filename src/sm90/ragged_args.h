@@ -65,9 +65,9 @@ struct RaggedArgs {
     // and of launch_ragged_fp8_softcap (either), -1 on the other FP8 kernels; the right side is the
     // kernel's causal flag, and window_right.
     int window_left;
-    // Keys right of a query's diagonal key that it sees, on the 16-bit causal varlen and paged
+    // Keys right of a query's diagonal key that it sees, on the causal varlen, paged and FP8
     // kernels (a right window, FlashAttention's window_size_right > 0); 0 everywhere else (causal,
-    // non-causal, FP8, packed: their row table carries it).
+    // non-causal, packed: their row table carries it).
     int window_right;
     // > 0: scores become softcap * tanh(score / softcap) (launch_ragged_softcap,
     // launch_ragged_fp8_softcap and launch_paged_ragged_softcap kernels only).

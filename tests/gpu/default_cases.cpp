@@ -253,6 +253,12 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 c.window_left = left;
                 c.window_right = info.causal ? 0 : -1;
                 cases.push_back(c);
+                if (info.causal && left > 0) {  // and a right window of 100 keys on the same kernel
+                    c.config += "-right-100";
+                    c.causal = false;
+                    c.window_right = 100;
+                    cases.push_back(c);
+                }
             }
             continue;
         }
@@ -277,6 +283,16 @@ std::vector<AttentionCase> default_cases(fas_dtype dtype, bool quick, Tally* tal
                 sm90.expect_family = FAS_FAMILY_SM90;
                 sm90.fp8 = fp8;
                 cases.push_back(sm90);
+            }
+            if (fp8 && info.causal) {
+                // A right window alone on the plain FP8 causal kernel (its diagonal moved right).
+                AttentionCase right = plan_case("kernel-sm90-fp8-right-100", dtype, 16, 2, info.head_dim, false,
+                                                {1, 37, 200, 129, 300, 500}, FAS_FAMILY_SM90);
+                right.fp8 = true;
+                right.use_window = true;
+                right.window_left = -1;
+                right.window_right = 100;
+                cases.push_back(right);
             }
             if (!fp8) {
                 // fas_fwd's batch-layout prefill requests run on this kernel too, through a plan
