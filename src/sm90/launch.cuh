@@ -124,7 +124,6 @@ struct Assembly16 {
     // Varlen and paged kernels take a left window (a plan without one passes kNoWindow): the mask
     // costs a compare on the diagonal tiles only, and one kernel serves both.
     static constexpr bool kWindow = S != Scores::kSegments;
-    static constexpr bool kCausal = Causal;
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
@@ -144,11 +143,11 @@ struct Assembly16 {
     }
     static Additional additional(const RaggedArgs& args) {
         if constexpr (S == Scores::kSoftcap) {
-            return {args.softmax_scale, args.softcap, Causal ? args.window_right : 0};
+            return {args.softmax_scale, args.softcap, args.window_right};
         } else if constexpr (S == Scores::kSegments) {
             return {args.softmax_scale, packed_row_keys(args), args.sinks};
         } else {
-            return {args.softmax_scale, args.sinks, Causal ? args.window_right : 0};
+            return {args.softmax_scale, args.sinks, args.window_right};
         }
     }
 };
@@ -159,7 +158,6 @@ template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int St
           bool Softcap = false>
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
-    static constexpr bool kCausal = Causal;
     using Additional = std::conditional_t<Softcap, Fp8DescalesAndCap, Fp8Descales>;
     using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
                                                         cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
@@ -179,7 +177,7 @@ struct AssemblyFp8 {
     }
     static Additional additional(const RaggedArgs& args) {
         const Fp8Descales descales{args.softmax_scale, args.q_descale, 1.0f, args.k_descale, 1.0f, args.v_descale, 1.0f,
-                                   Causal ? args.window_right : 0};
+                                   args.window_right};
         if constexpr (Softcap) {
             return {descales, args.softcap};
         } else {
@@ -195,12 +193,12 @@ constexpr bool kIsFp8 = std::is_same_v<Input, cutlass::float_e4m3_t>;
 // (FlashInfer's masks subtract it from row + kv_len - qo_len: no overflow below 2^30 keys).
 constexpr int kNoWindow = 1 << 30;
 
-// The left window a 16-bit kernel's mainloop takes: the plan's, or kNoWindow; a causal kernel
-// serving a right window (RaggedArgs::window_right) sees its diagonal that many keys further right
-// (sm90/prefill_body.cuh), so the left window's width grows by as much and its edge stays put.
-template <bool Causal>
-int window_left_param(const RaggedArgs& args) {
-    return (args.window_left >= 0 ? args.window_left : kNoWindow) + (Causal ? args.window_right : 0);
+// The left window a kernel's mainloop takes: the plan's, or kNoWindow; a causal kernel serving a
+// right window (RaggedArgs::window_right, 0 on every other kernel: the run functions check it) sees
+// its diagonal that many keys further right (sm90/prefill_body.cuh), so the left window's width
+// grows by as much and its edge stays put.
+inline int window_left_param(const RaggedArgs& args) {
+    return (args.window_left >= 0 ? args.window_left : kNoWindow) + args.window_right;
 }
 
 // Rows of `heads` contiguous heads of head_dim elements (the request's, <= the kernel's), row_stride
@@ -258,7 +256,7 @@ cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), gmem_layout(nnz_qo, args.num_qo_heads, d, args.q_row_stride),
          static_cast<const Input*>(args.k), gmem_layout(nnz_kv, args.num_kv_heads, d, args.k_row_stride),
          static_cast<const Input*>(args.v), gmem_layout(nnz_kv, args.num_kv_heads, d, args.v_row_stride),
-         window_left_param<Assembly::kCausal>(args), Assembly::additional(args)});
+         window_left_param(args), Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
 }
 

@@ -35,7 +35,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
         {static_cast<const Input*>(args.q), layout(args.nnz_qo, args.num_qo_heads, args.q_row_stride),
          static_cast<const Input*>(args.k), layout(0, args.num_kv_heads, args.k_row_stride),
          static_cast<const Input*>(args.v), layout(0, args.num_kv_heads, args.v_row_stride), args.page_indices,
-         window_left_param<Causal>(args), args.page_stride, args.page_stride,
+         window_left_param(args), args.page_stride, args.page_stride,
          static_cast<uint32_t>(args.page_size), Assembly::additional(args)});
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Input>(args), args, stream);
 }
