@@ -31,7 +31,7 @@ def test_minimal_is_hdim_64_128_by_dtype_by_causal_in_every_family_and_sm90_hdim
 
 def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo):
     got = names(repo, "full")
-    assert len(got) == (6 * 2 * 2 * 2 + 5 * 2 * 2 + 2 * 2 * 2 + 4 * 2 * 2 + 2 * 2 + 2 * 2 + 5 * 2 + 3 * 2 + 2 * 2
+    assert len(got) == (6 * 2 * 2 * 2 + 5 * 2 * 2 + 2 * 2 * 2 + 5 * 2 * 2 + 2 * 2 + 2 * 2 + 5 * 2 + 3 * 2 + 2 * 2
                         + 3 * 2 + 3 * 2 + 3 * 2 * 2)
     assert "sm90_softcap_prefill_hdim256_bf16_causal_sm90" in got
     assert "sm90_paged_softcap_prefill_hdim128_fp16_causal_sm90" in got
@@ -45,6 +45,7 @@ def test_full_has_every_fa2_config_and_the_sm90_and_paged_families_with_fp8(repo
     assert "sm90_prefill_hdim256_bf16_sm90" in got
     assert "sm90_fp8_prefill_hdim64_e4m3_to_fp16_causal_sm90" in got
     assert "sm90_fp8_prefill_hdim192_e4m3_to_bf16_sm90" in got
+    assert "sm90_fp8_prefill_hdim96_e4m3_to_bf16_causal_sm90" in got
 
 
 def test_hopper_check_is_what_full_adds_on_hopper_beyond_minimal(repo):

@@ -68,8 +68,8 @@ BAD = {
     "sm90 head dim without a kernel": (lambda d: entry(d)["kernels"][1].update(head_dims=[64, 160]),
                                        "matrices.minimal.entries[0].kernels[1].head_dims[1]: 160 is not allowed"),
     "fp8 head dim without a tile shape": (lambda d: entry(d)["kernels"][2].update(family="sm90_fp8_prefill",
-                                                                                  head_dims=[96]),
-                                          "matrices.minimal.entries[0].kernels[2].head_dims[0]: 96 is not allowed"),
+                                                                                  head_dims=[112]),
+                                          "matrices.minimal.entries[0].kernels[2].head_dims[0]: 112 is not allowed"),
 }
 
 

@@ -166,7 +166,7 @@ OUTPUT_DTYPES = ("fp16", "bf16")
 FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 SM90_HEAD_DIMS = (64, 128, 256)  # the head dims of every SM90 and paged table in src/sm90/tiles.h and src/paged
 SM90_PREFILL_HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit varlen table also has 96 and 192
-SM90_FP8_HEAD_DIMS = (64, 128, 192, 256)  # FP8 also 192 (its V transpose works in 64 x 64 blocks: no 96)
+SM90_FP8_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96: our V transpose (sm90/fp8_traits.cuh)
 PAGED_DECODE = PagedKernel("paged/decode.cuh", "run_decode", "occupancy_decode",
                            "The project's decode kernel over a paged KV cache", tile_q=16)
 # The e4m3-KV decode kernel serves every query length (several 16-row tiles per sequence).

@@ -27,9 +27,28 @@
 #include <flashinfer/attention/hopper/quantization/mainloop_load.cuh>
 #include <flashinfer/attention/hopper/utils.cuh>
 
+#include "sm90/fp8_traits.cuh"
 #include "sm90/ragged_args.h"
 
 namespace fas_sm90 {
+
+// V -> V^T of one stage by the whole producer warpgroup: FlashInfer's ldmatrix transpose of 64 x 64
+// blocks, or ours where the traits are (sm90/fp8_traits.cuh: head dims that are not multiples of 64).
+template <typename Traits, typename Storage>
+CUTLASS_DEVICE void transpose_v(Storage& storage, int stage) {
+    using namespace cute;
+    if constexpr (OwnsTranspose<Traits>::value) {
+        Fp8Transpose<Traits>{}(reinterpret_cast<uint8_t*>(storage.smem_v.data()),
+                               reinterpret_cast<uint8_t*>(storage.smem_vt.data()), stage);
+    } else {
+        Tensor sV_src = as_position_independent_swizzle_tensor(
+            make_tensor(make_smem_ptr(storage.smem_v.data()), typename Traits::SmemLayoutVTransposeSrc{}));
+        Tensor sVt_dst = as_position_independent_swizzle_tensor(
+            make_tensor(make_smem_ptr(storage.smem_vt.data()), typename Traits::SmemLayoutVtTransposeTgt{}));
+        flashinfer::SmemTransposeFP8_64x64<Traits> transposer;
+        transposer.do_transpose(sV_src, sVt_dst, stage);
+    }
+}
 
 template <typename Additional, typename Traits, bool Causal>
 struct Fp8PrefetchMainloop : flashinfer::FP8CollectiveMainloop<Additional, Traits, Causal> {
@@ -57,11 +76,6 @@ struct Fp8PrefetchMainloop : flashinfer::FP8CollectiveMainloop<Additional, Trait
         Tensor sQ = make_tensor(make_smem_ptr(storage.smem_q.data()), typename Traits::SmemLayoutQ{});
         Tensor sK = make_tensor(make_smem_ptr(storage.smem_k.data()), typename Traits::SmemLayoutK{});
         Tensor sV = make_tensor(make_smem_ptr(storage.smem_v.data()), typename Traits::SmemLayoutV{});
-        Tensor sV_src = as_position_independent_swizzle_tensor(
-            make_tensor(make_smem_ptr(storage.smem_v.data()), typename Traits::SmemLayoutVTransposeSrc{}));
-        Tensor sVt_dst = as_position_independent_swizzle_tensor(
-            make_tensor(make_smem_ptr(storage.smem_vt.data()), typename Traits::SmemLayoutVtTransposeTgt{}));
-        flashinfer::SmemTransposeFP8_64x64<Traits> transposer;
 
         Tensor mQ = params.tma_load_Q.get_tma_tensor(params.layout_Q.shape());
         Tensor mK = params.tma_load_K.get_tma_tensor(params.layout_K.shape());
@@ -126,7 +140,7 @@ struct Fp8PrefetchMainloop : flashinfer::FP8CollectiveMainloop<Additional, Trait
             const PipelineState vt_write(read.index(), read.phase() ^ 1, read.count());
             pipeline_v.consumer_wait(read);
             pipeline_vt.producer_acquire(vt_write);
-            transposer.do_transpose(sV_src, sVt_dst, read.index());
+            transpose_v<Traits>(storage, read.index());
             cutlass::arch::fence_view_async_shared();
             pipeline_vt.producer_commit(vt_write);
             pipeline_v.consumer_release(read);

@@ -6,7 +6,8 @@
 // (launch_ragged_fp8_softcap). What is ours: the tile shapes (sm90/tiles.h),
 // the work scheduler (sm90/tile_scheduler.cuh), the race-free epilogues (sm90/ordered_epilogue.cuh;
 // the 16-bit one also serves head dims narrower than the kernel's), the shared-memory layout
-// (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh), the kernel body
+// (sm90/shared_storage.cuh), the FP8 producer (sm90/fp8_producer.cuh) and, where FlashInfer's 64 x 64
+// transpose does not fit the head dim, the FP8 traits and V transpose (sm90/fp8_traits.cuh), the kernel body
 // (sm90/prefill_body.cuh) and the arguments; the key loops and the other collectives are the
 // pinned upstream's. Included only by the
 // build-generated kernel translation units, each of which defines one
@@ -159,9 +160,7 @@ template <typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int St
 struct AssemblyFp8 {
     static_assert(extended_gmma_shapes_as_needed<CtaKV, HeadDim>(), FAS_SM90_EXTENDED_SHAPES_MESSAGE);
     using Additional = std::conditional_t<Softcap, Fp8DescalesAndCap, Fp8Descales>;
-    using Traits = flashinfer::FP8AttentionKernelTraits</*USE_TMA_LOAD_KV=*/true, HeadDim, CtaQ, CtaKV, Stages,
-                                                        cutlass::float_e4m3_t, cutlass::float_e4m3_t, Output, int32_t,
-                                                        OrderedEpilogueFP8Attention<HeadDim, Softcap>>;
+    using Traits = Fp8Traits<HeadDim, CtaQ, CtaKV, Stages, Output, OrderedEpilogueFP8Attention<HeadDim, Softcap>>;
     using Kernel = KernelTraits<Traits, SeparateOStorageFp8<Traits>>;
     using Mainloop = Fp8PrefetchMainloop<Additional, Traits, Causal>;
     // Our epilogue (column-predicated: round-up) where smem_o has its own bytes; with the V^T

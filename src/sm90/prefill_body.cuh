@@ -46,6 +46,12 @@ struct RoleRegisters {
     static constexpr bool kTwoConsumers = Kernel::NUM_WARPS == 12;
     static constexpr int kProducer = TmaKV ? (kTwoConsumers ? 24 : 32) : 72;
     static constexpr int kConsumer = TmaKV ? (kTwoConsumers ? 240 : 160) : (kTwoConsumers ? 216 : 144);
+    // The split must fit what the block holds from its launch (65536 / threads a thread, in steps
+    // of 8): past it the consumers' setmaxnreg.inc waits forever (an FP8 producer keeping 32 hung
+    // every kernel: docs/design/fp8-speed.md, "Head dim 96").
+    static constexpr int kGroups = Kernel::NUM_WARPS / 4;
+    static_assert(kProducer + (kGroups - 1) * kConsumer <= kGroups * (65536 / (kGroups * 128) / 8 * 8),
+                  "producer + consumer registers exceed the block's");
 };
 
 // FP8 mainloops: V is transposed in shared memory by the producer warpgroup (a third pipeline,

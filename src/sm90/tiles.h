@@ -46,7 +46,7 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     }
     if (fp8) {
         if (head_dim == 64) return {192, 128, 4};
-        if (head_dim == 128) return {128, 192, 2};
+        if (head_dim == 96 || head_dim == 128) return {128, 192, 2};
         return {128, 128, 2};  // 192 (with its own O staging: our epilogue) and 256
     }
     if (head_dim == 64) return causal ? TileShape{128, 128, 2} : TileShape{192, 128, 2};
