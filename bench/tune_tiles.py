@@ -76,6 +76,10 @@ TABLES = {
            (False, 192, False): (128, 80, 2), (False, 192, True): (128, 64, 2)},
     "h3": {(False, 96, False): (128, 176, 2), (False, 96, True): (128, 176, 2),
            (False, 192, False): (128, 64, 2), (False, 192, True): (128, 96, 2)},
+    # FP8 hdim 96 (our V transpose: kv rows a multiple of 64) against the library's 128 x 192 x 2: both lost
+    # (docs/design/fp8-speed.md, "Head dim 96").
+    "f1": {(True, 96, False): (128, 192, 3), (True, 96, True): (128, 192, 3)},
+    "f2": {(True, 96, False): (128, 128, 2), (True, 96, True): (128, 128, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
