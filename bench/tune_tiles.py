@@ -80,6 +80,9 @@ TABLES = {
     # (docs/design/fp8-speed.md, "Head dim 96").
     "f1": {(True, 96, False): (128, 192, 3), (True, 96, True): (128, 192, 3)},
     "f2": {(True, 96, False): (128, 128, 2), (True, 96, True): (128, 128, 2)},
+    # Three consumer warpgroups (160 registers): one's exponentials behind two others' GEMMs. Not yet run;
+    # compiled (nvcc 13.0): the key loop without spills, 48-byte stack (hd128's 192 x 128 lost 1.2x at 96 bytes).
+    "f3": {(True, 96, False): (192, 128, 2), (True, 96, True): (192, 128, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
