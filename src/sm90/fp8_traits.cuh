@@ -102,7 +102,7 @@ struct OwnsTranspose<Traits, std::enable_if_t<Traits::kOwnTranspose>> : std::tru
 // 2c + (u & 1) + 8 (u >> 1) + 16d, the keys its QK^T accumulators cover. So V^T's k index runs in
 // that order: the four bytes of V^T row n at k = 4c + 16d .. + 3 are V's rows 2c + 16d + {0, 1, 8,
 // 9} of column n. A unit of work is four such rows by four columns: one 32-bit word of each row
-// read, a 4 x 4 byte transpose in registers (PRMT), one word of each of the four V^T rows written.
+// read, a 4 x 4 byte transpose in registers (__byte_perm: PRMT), one word of each of the four V^T rows written.
 //
 // Lanes: eight column words (of a 32-column chunk) by four c; a warp: one 16-key half d and the
 // parity of the 32-key group; the unrolled steps: the group's other bits and the column chunks.
@@ -123,11 +123,6 @@ struct Fp8Transpose {
     using LayoutV = decltype(cute::as_position_independent_swizzle_layout(typename Traits::SmemLayoutV{}));
     using LayoutVt = decltype(cute::as_position_independent_swizzle_layout(typename Traits::SmemLayoutVt{}));
 
-    CUTLASS_DEVICE static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-        uint32_t out;
-        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
-        return out;
-    }
     // A step's part of an offset: its swizzled low bits (to XOR) and its high bits (to add).
     template <typename Layout>
     CUTLASS_DEVICE static int step_offset(int base, int step) {
@@ -178,10 +173,10 @@ struct Fp8Transpose {
                     const int step = v_linear(make_coord(64 * group + 8 * (r >> 1), 32 * chunk, 0));
                     x[r] = *reinterpret_cast<const uint32_t*>(v + step_offset<LayoutV>(v_base[r & 1], step));
                 }
-                const uint32_t lo01 = prmt(x[0], x[1], sel_lo), hi01 = prmt(x[0], x[1], sel_hi);
-                const uint32_t lo23 = prmt(x[2], x[3], sel_lo), hi23 = prmt(x[2], x[3], sel_hi);
-                const uint32_t y[4] = {prmt(lo01, lo23, 0x5410), prmt(lo01, lo23, 0x7632), prmt(hi01, hi23, 0x5410),
-                                       prmt(hi01, hi23, 0x7632)};
+                const uint32_t lo01 = __byte_perm(x[0], x[1], sel_lo), hi01 = __byte_perm(x[0], x[1], sel_hi);
+                const uint32_t lo23 = __byte_perm(x[2], x[3], sel_lo), hi23 = __byte_perm(x[2], x[3], sel_hi);
+                const uint32_t y[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632), __byte_perm(hi01, hi23, 0x5410),
+                                       __byte_perm(hi01, hi23, 0x7632)};
                 CUTLASS_PRAGMA_UNROLL
                 for (int j = 0; j < 4; ++j) {
                     const int step = vt_linear(make_coord(32 * chunk, 64 * group, 0));
