@@ -101,25 +101,28 @@ struct OwnsTranspose<Traits, std::enable_if_t<Traits::kOwnTranspose>> : std::tru
 // quad lane c holds in its k slots 4c + u + 16d (u < 4, d < 2) the probabilities of keys
 // 2c + (u & 1) + 8 (u >> 1) + 16d, the keys its QK^T accumulators cover. So V^T's k index runs in
 // that order: the four bytes of V^T row n at k = 4c + 16d .. + 3 are V's rows 2c + 16d + {0, 1, 8,
-// 9} of column n. A unit of work is four such rows by four columns: one 32-bit word of each row
-// read, a 4 x 4 byte transpose in registers (__byte_perm: PRMT), one word of each of the four V^T rows written.
+// 9} of column n.
 //
-// Lanes: eight column words (of a 32-column chunk) by four c; a warp: one 16-key half d and the
-// parity of the 32-key group; the unrolled steps: the group's other bits and the column chunks.
-// Bank conflicts (a model of the hd96 layouts): lanes with c >= 2 read rows +1 before +0 (and +9
-// before +8) and lanes write their four V^T rows in an order rotated by column_word / 2, so that
-// every load and store instruction of a warp touches 32 distinct banks.
+// A warp's unit is one 32-key group by 16 columns: ldmatrix.x4.trans reads the group's rows 0-7,
+// 8-15, 16-23 and 24-31 as 16-bit elements (lane L addresses row L's 16 bytes) and leaves lane t,
+// per matrix, rows 2c and 2c + 1 (c = t % 4) of columns 2c' and 2c' + 1 (c' = t / 4); two PRMTs
+// per 16-row half pair the bytes into the words of V^T rows 2c' and 2c' + 1 at keys 4c + 16d..,
+// which stmatrix.x4 writes (matrix m: V^T rows 2j + (m & 1), keys 16 (m >> 1)..; lane L addresses
+// row L % 8 of matrix L / 8). Warps take (group parity, 16-column block parity), the unrolled
+// steps the rest. Per unit 1 LDSM, 4 PRMT and 1 STSM; the transpose of 4-byte words by LDS/PRMT/STS
+// it replaced took 4 LDS, 8 PRMT, 4 STS and their LOP3s and ran 1.02-1.04x the kernel's time
+// (docs/design/fp8-speed.md).
 //
 // Addresses: a lane's offset (its own, its warp's and the stage's parts) is swizzled once; a
 // step's part has no bit in common with it below bit 10 (the swizzle reads bits 7-9 at most and
-// moves bits 4-6), so a step XORs its swizzled low part and adds its high part: a LOP3 at most
-// beside each LDS/STS, whose immediate offsets carry the rest.
+// moves bits 4-6), so a step XORs its swizzled low part and adds its high part, folded into the
+// instructions' immediate offsets.
 template <typename Traits>
 struct Fp8Transpose {
     static constexpr int kKeys = Traits::CTA_KV;
     static constexpr int kDim = Traits::HEAD_DIM;
     static constexpr int kThreads = Traits::NUM_PRODUCER_THREADS;
-    static_assert(kThreads == 128 && kKeys % 64 == 0 && kDim % 32 == 0, "four warps: (16-key half, group parity)");
+    static_assert(kThreads == 128 && kKeys % 64 == 0 && kDim % 32 == 0, "four warps: (group, column block) parities");
     using LayoutV = decltype(cute::as_position_independent_swizzle_layout(typename Traits::SmemLayoutV{}));
     using LayoutVt = decltype(cute::as_position_independent_swizzle_layout(typename Traits::SmemLayoutVt{}));
 
@@ -136,52 +139,29 @@ struct Fp8Transpose {
         constexpr auto vt_linear = LayoutVt{}.layout_b();
         const int lane = threadIdx.x % 32;
         const int warp = (threadIdx.x / 32) % 4;
-        const int column_word = lane % 8;
-        const int c = lane / 8;
-        const int swap = c / 2;
-        const int rotate = column_word / 2;
-        const int half_keys = 16 * (warp % 2) + 32 * (warp / 2);  // the warp's d and group parity
-        // Loads: rows 2c + (a ^ swap) of the warp's rows; a = 0, 1 (+8 rows: a step's part).
-        int v_base[2];
+        const int group_bit = warp % 2, block_bit = warp / 2;
+        const uint32_t v_smem = static_cast<uint32_t>(__cvta_generic_to_shared(v));
+        const uint32_t vt_smem = static_cast<uint32_t>(__cvta_generic_to_shared(vt));
+        const int v_base = LayoutV{}.layout_a()(v_linear(make_coord(lane + 32 * group_bit, 16 * block_bit, stage)));
+        const int m = lane / 8, j = lane % 8;
+        const int vt_base = LayoutVt{}.layout_a()(
+            vt_linear(make_coord(16 * block_bit + 2 * j + (m & 1), 32 * group_bit + 16 * (m >> 1), stage)));
         CUTLASS_PRAGMA_UNROLL
-        for (int a = 0; a < 2; ++a) {
-            v_base[a] = LayoutV{}.layout_a()(v_linear(make_coord(2 * c + (a ^ swap) + half_keys, 4 * column_word, stage)));
-        }
-        // Stores: V^T row 4 column_word + (j + rotate) % 4 of the chunk, keys 4c.. of the warp's half.
-        int vt_base[4];
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) {
-            vt_base[j] = LayoutVt{}.layout_a()(
-                vt_linear(make_coord(4 * column_word + (j + rotate) % 4, 4 * c + half_keys, stage)));
-        }
-        // Transpose selectors with the rotation (byte j of a word is column (j + rotate) % 4) and
-        // the swap (x[0] holds row +1) folded in: lo = columns s0, s1 of rows (0, 1); hi = s2, s3.
-        const auto pair = [&](int k) {
-            const uint32_t s = (k + rotate) % 4;
-            return s | (s + 4) << 4;
-        };
-        const uint32_t swap_mask = swap ? 0x4444u : 0u;
-        const uint32_t sel_lo = (pair(0) | pair(1) << 8) ^ swap_mask;
-        const uint32_t sel_hi = (pair(2) | pair(3) << 8) ^ swap_mask;
-        CUTLASS_PRAGMA_UNROLL
-        for (int chunk = 0; chunk < kDim / 32; ++chunk) {
+        for (int block = 0; block < kDim / 32; ++block) {  // pairs of 16-column blocks
             CUTLASS_PRAGMA_UNROLL
             for (int group = 0; group < kKeys / 64; ++group) {  // pairs of 32-key groups
-                uint32_t x[4];
-                CUTLASS_PRAGMA_UNROLL
-                for (int r = 0; r < 4; ++r) {
-                    const int step = v_linear(make_coord(64 * group + 8 * (r >> 1), 32 * chunk, 0));
-                    x[r] = *reinterpret_cast<const uint32_t*>(v + step_offset<LayoutV>(v_base[r & 1], step));
-                }
-                const uint32_t lo01 = __byte_perm(x[0], x[1], sel_lo), hi01 = __byte_perm(x[0], x[1], sel_hi);
-                const uint32_t lo23 = __byte_perm(x[2], x[3], sel_lo), hi23 = __byte_perm(x[2], x[3], sel_hi);
-                const uint32_t y[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632), __byte_perm(hi01, hi23, 0x5410),
-                                       __byte_perm(hi01, hi23, 0x7632)};
-                CUTLASS_PRAGMA_UNROLL
-                for (int j = 0; j < 4; ++j) {
-                    const int step = vt_linear(make_coord(32 * chunk, 64 * group, 0));
-                    *reinterpret_cast<uint32_t*>(vt + step_offset<LayoutVt>(vt_base[j], step)) = y[j];
-                }
+                uint32_t a[4];
+                const int v_step = v_linear(make_coord(64 * group, 32 * block, 0));
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                             : "r"(v_smem + step_offset<LayoutV>(v_base, v_step)));
+                // Keys +0, +1, +8, +9 of column 2c' (bytes 0 and 2 of each word) and 2c' + 1 (1 and 3).
+                const uint32_t w[4] = {__byte_perm(a[0], a[1], 0x6420), __byte_perm(a[0], a[1], 0x7531),
+                                       __byte_perm(a[2], a[3], 0x6420), __byte_perm(a[2], a[3], 0x7531)};
+                const int vt_step = vt_linear(make_coord(32 * block, 64 * group, 0));
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                             :: "r"(vt_smem + step_offset<LayoutVt>(vt_base, vt_step)),
+                                "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]));
             }
         }
         // Every producer thread's part written before any of them signals the stage.
