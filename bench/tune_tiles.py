@@ -80,9 +80,11 @@ TABLES = {
     # (docs/design/fp8-speed.md, "Head dim 96").
     "f1": {(True, 96, False): (128, 192, 3), (True, 96, True): (128, 192, 3)},
     "f2": {(True, 96, False): (128, 128, 2), (True, 96, True): (128, 128, 2)},
-    # Three consumer warpgroups (160 registers): one's exponentials behind two others' GEMMs. Not yet run;
-    # compiled (nvcc 13.0): the key loop without spills, 48-byte stack (hd128's 192 x 128 lost 1.2x at 96 bytes).
+    # Three consumer warpgroups (160 registers): one's exponentials behind two others' GEMMs; lost 2-11% on
+    # four of six rows (docs/design/fp8-speed.md, "The transpose through ldmatrix.trans").
     "f3": {(True, 96, False): (192, 128, 2), (True, 96, True): (192, 128, 2)},
+    # 256 keys a tile: the per-tile softmax work (row maxima, O rescale, barriers) over a third more keys.
+    "f4": {(True, 96, False): (128, 256, 2), (True, 96, True): (128, 256, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
@@ -178,6 +180,14 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
     objects = out / "objects"
     objects.mkdir(exist_ok=True)
     library_table = library_tiles(gen)
+    # Objects are reused by name, so the name carries what they are built from: our sources (and an
+    # experiment's headers) and the compiler command. Without it a second build after a change of src/ linked
+    # the old objects into the variants whose shapes it had built before.
+    tree = hashlib.sha256(" ".join(nvcc).encode())
+    for folder in [REPO / "src", *([first_include] if first_include else [])]:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            tree.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    tree_key = tree.hexdigest()[:10]
 
     # One object per distinct (kernel, shape); host objects per variant (the planner reads the table).
     jobs_by_object: dict[Path, list[str]] = {}
@@ -192,12 +202,12 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
             q, kv, stages = table[key[:3]]
             tu = kernel_tu(*key)
             source = REPO / tu.source
-            obj = objects / f"{source.stem}_q{q}_kv{kv}_s{stages}.o"
+            obj = objects / f"{source.stem}_q{q}_kv{kv}_s{stages}_{tree_key}.o"
             jobs_by_object.setdefault(obj, [*nvcc, "-c", *FLAGS, *upstream, *own, override, "-o", str(obj),
                                             str(source)])
             mine.append(obj)
         # The schedule reads the tile table: one object per variant.
-        plan_obj = objects / f"sm90_schedule_{variant}.o"
+        plan_obj = objects / f"sm90_schedule_{variant}_{tree_key}.o"
         jobs_by_object[plan_obj] = [*nvcc, "-c", *FLAGS, *own, override, "-o", str(plan_obj),
                                     str(REPO / "src/sm90/schedule.cu")]
         mine.append(plan_obj)
@@ -215,7 +225,7 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
                     *sources("src/fa2"), *sources("src/paged")]
     api_objs = []
     for source in host_sources:
-        obj = objects / f"{source.parent.name}_{source.stem}_{kernel_set}.o"
+        obj = objects / f"{source.parent.name}_{source.stem}_{kernel_set}_{tree_key}.o"
         extra = fa2_flags if source.parent.name == "fa2" else []
         jobs_by_object[obj] = [*nvcc, "-c", *api_flags, *extra, "-o", str(obj), str(source)]
         api_objs.append(obj)
