@@ -2,8 +2,9 @@
 flash backends), measured in the same run on the same GPU.
 
 Runs on a GPU machine with PyTorch (the library itself never needs it); loads the library
-from one or more exported artifact folders through ctypes (a request goes to the first
-library that serves it, so e.g. minimal + hopper-check cover head dims 64-256 and FP8):
+from one or more exported artifact folders through ctypes (a request goes to the library whose
+kernel head dim is nearest its own, so e.g. minimal + hopper-check cover head dims 64-256 and
+FP8, in either order):
 
     python3 bench/bench_attention.py --artifact artifacts/0.1.0/minimal-cuda12.4-sm90a \
         artifacts/0.1.0/hoppercheck-cuda12.4-sm90a
@@ -211,7 +212,8 @@ FORWARD_COLUMNS = SHARED_COLUMNS + [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--artifact", type=Path, nargs="+", required=True,
-                        help="artifacts/<version>/<entry>/ folder(s); a request uses the first that serves it")
+                        help="artifacts/<version>/<entry>/ folder(s); a request uses the one whose kernel "
+                             "head dim is nearest its own")
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"])
     parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128, 256])
     parser.add_argument("--seqlens", nargs="+", type=int, default=[1024, 4096, 16384])

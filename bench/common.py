@@ -91,29 +91,37 @@ class Library(fas_ctypes.Library):
 
         reused.keepalive = replanned.keepalive = (plan_args, run_args, plan)
         reused.library = self  # the library that serves the plan (Libraries picks among several)
+        reused.kernel_head_dim = info.kernel_head_dim
         return reused, replanned, info.family_name.decode()
 
 
 class Libraries:
     """Several artifacts in one run (e.g. minimal + hopper-check): each request goes to the
-    first library that serves it."""
+    library whose kernel head dim is the nearest to the request's (its own first; ties: the earlier
+    artifact). The first that serves at all gave hd80/96/128 to hopper-check's hd192 kernels when
+    hopper-check was named first: 16-bit columns 0.6-0.8x of what minimal's kernels run."""
 
     def __init__(self, artifacts):
         self.libs = [Library(a) for a in artifacts]
 
     def plan_fns(self, *args, family=None, **kwargs):
-        """family: take the first library whose plan runs on this family (e.g. "sm90"), not the
-        first that serves the request at all."""
-        errors = []
+        """family: only libraries whose plan runs on this family (e.g. "sm90")."""
+        head_dim = args[0].shape[2]
+        errors, best = [], None
         for lib in self.libs:
             try:
                 fns = lib.plan_fns(*args, **kwargs)
             except RuntimeError as error:
                 errors.append(str(error))
                 continue
-            if family is None or fns[2] == family:
+            if family is not None and fns[2] != family:
+                errors.append(f"{lib.path.name}: family {fns[2]}")
+            elif fns[0].kernel_head_dim == head_dim:
                 return fns
-            errors.append(f"{lib.path.name}: family {fns[2]}")
+            elif best is None or fns[0].kernel_head_dim < best[0].kernel_head_dim:
+                best = fns
+        if best is not None:
+            return best
         raise RuntimeError("; ".join(errors))
 
     def fa2_library(self, dtype: int, head_dim: int, causal: bool):

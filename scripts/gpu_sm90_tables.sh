@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 35's tables for one card in one call, from built artifact folders (a request goes to the
-# first folder that serves it, as bench_attention.py's --artifact does), as copied (no build tools):
+# folder whose kernel head dim is nearest its own, as bench_attention.py's --artifact does), as
+# copied (no build tools):
 #   1. dense rows, 16 heads, 16k tokens per shape, bf16 and FP8 e4m3 inputs at head dims 64, 96,
 #      128 and 256, causal and not, against SDPA cuDNN and flash in the same run;
 #   2. softcap 50 against the same plan without it (16-bit and FP8, hd128 and hd256);
