@@ -219,10 +219,16 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     }
 
     cutlass::arch::warpgroup_reg_alloc<Registers::kConsumer>();
+#if defined(FAS_SM90_SCHEDULER_BARRIER)
+    // Experiment: FlashInfer's ping-pong of the consumer warpgroups' GEMM issue forced on or off.
+    using Warps = flashinfer::WarpScheduler<Kernel, FAS_SM90_SCHEDULER_BARRIER != 0>;
+#else
+    using Warps = typename Mainloop::WarpScheduler;
+#endif
     const int consumer_thread = static_cast<int>(threadIdx.x) - kProducerThreads;
     typename Kernel::TiledMmaPV tiled_mma_pv;
     PipelineState read_k, read_v;  // a stage is released as it is read: one state serves both
-    Mainloop::WarpScheduler::mma_init();
+    Warps::mma_init();
     scheduler.init_consumer();
     int work_idx = 0;
     CUTLASS_PRAGMA_NO_UNROLL
@@ -252,13 +258,13 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
         // variant's type (sm90-mainloop-plan.md, the takeover door), FlashInfer's otherwise.
         if constexpr (kFp8) {
             using flashinfer::mma_fp8;
-            mma_fp8<Kernel, Window, Causal, typename Mainloop::WarpScheduler>(
+            mma_fp8<Kernel, Window, Causal, Warps>(
                 mainloop_params, variant, pipeline_k, pipeline_vt, read_k, read_v, tOrO, updater, kv_tiles,
                 window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len,
                 qo_head, kv_head, batch);
         } else {
             using flashinfer::mma_f16;
-            mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, typename Mainloop::WarpScheduler>(
+            mma_f16<Kernel, Window, Causal, /*MULTIITEMSCORING=*/false, Warps>(
                 mainloop_params, variant, pipeline_k, pipeline_v, read_k, read_v, tOrO, updater, kv_tiles,
                 window_first_tile, window_last_tile, consumer_thread, work_idx, q_tile, storage, mask_qo_len, kv_len,
                 qo_head, kv_head, /*prefix_len=*/0u, /*token_pos_in_items=*/nullptr);
