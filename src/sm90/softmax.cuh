@@ -51,10 +51,7 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
 //                      folded into each exponent instead of a multiply per score); the LSE leaves
 //                      it out;
 //   hold_pv_wait       the update keeps the PV GEMM's wait behind it (hold_pv_wait_behind).
-// Variant builds only (defines, not yet in SoftmaxChoice; fp8-speed.md, 2026-12-03): FAS_SM90_MAX_CHAINS
-// (each row's max in 2, 4 or 8 interleaved chains: the same max), FAS_SM90_MAX_VOTE (a warp whose scores
-// all stay under their rows' running max skips the quad's shuffles, the scale and O's rescale: the same
-// update bit for bit), FAS_SM90_VOTE_WAIT_PV, and the speed-only FAS_SM90_DIAG.
+// And FAS_SM90_DIAG, for speed-only diagnostic builds (below; fp8-speed.md, 2026-12-03).
 template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false, bool Packed = false>
 struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
     static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap, Packed);
@@ -71,17 +68,6 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
 #else
     static constexpr int kDiag = -1;
 #endif
-#if defined(FAS_SM90_MAX_VOTE)
-    static constexpr bool kMaxVote = FAS_SM90_MAX_VOTE != 0;
-#else
-    static constexpr bool kMaxVote = false;
-#endif
-#if defined(FAS_SM90_MAX_CHAINS)
-    static constexpr int kMaxChains = FAS_SM90_MAX_CHAINS;
-#else
-    static constexpr int kMaxChains = 1;
-#endif
-    static_assert(kMaxChains == 1 || kMaxChains == 2 || kMaxChains == 4 || kMaxChains == 8, "max chains: 1, 2, 4 or 8");
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
     float log2_prescale = 0.f;
@@ -100,7 +86,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
     // (scores_scale = 1 / sum) always has work.
     template <typename Tensor1>
     __forceinline__ __device__ void rescale_o(Tensor1& acc_o) {
-        if constexpr (kLazy || kMaxVote) {
+        if constexpr (kLazy) {
             bool moved = false;
 #pragma unroll
             for (int mi = 0; mi < cute::size(this->scores_scale); ++mi) moved |= this->scores_scale(mi) != 1.f;
@@ -123,7 +109,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
   private:
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void exponentiate_and_sum(Tensor0& acc_s) {
-        if constexpr (kPolyEvery == 0 && !kPrescaled && !kLazy && kDiag < 0 && kMaxChains == 1 && !kMaxVote) {
+        if constexpr (kPolyEvery == 0 && !kPrescaled && !kLazy && kDiag < 0) {
             Base::template update<init>(acc_s);
         } else {
             auto scores = cute::make_tensor(acc_s.data(), flashinfer::convert_layout_acc_rowcol(acc_s.layout()));
@@ -132,39 +118,11 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
                 if constexpr (init) cute::fill(this->row_max, 0.f);
                 cute::fill(this->scores_scale, 1.f);
             } else if constexpr (init) {
-                row_max_in_chains</*init=*/true>(scores);
+                flashinfer::reduce_max</*init=*/true>(scores, this->row_max);
             } else {
                 auto previous = cute::make_fragment_like(this->row_max);
                 cute::copy(this->row_max, previous);
-                if constexpr (kMaxVote) {
-                    // Each thread's max of its part of each row, and whether any score of the warp
-                    // passes its row's running max. If none does, the update below would keep every
-                    // max and scale by 1 (bit for bit): so only then the quad's shuffles and the scale.
-                    auto mine = cute::make_fragment_like(this->row_max);
-                    bool above = false;
-#pragma unroll
-                    for (int mi = 0; mi < cute::size(this->row_max); ++mi) {
-                        mine(mi) = thread_row_max(scores, mi);
-                        above |= mine(mi) > previous(mi);
-                    }
-#if defined(FAS_SM90_VOTE_WAIT_PV)
-                    cute::warpgroup_wait<0>();  // experiment: PV's wait where ptxas puts it without the vote
-#endif
-                    if (!__any_sync(0xffffffffu, above)) {
-                        cute::fill(this->scores_scale, 1.f);
-                        exponentiate(scores);
-                        flashinfer::reduce_sum<init, /*warp_reduce=*/false>(scores, this->row_sum);
-                        return;
-                    }
-#pragma unroll
-                    for (int mi = 0; mi < cute::size(this->row_max); ++mi) {
-                        float row = fmaxf(previous(mi), mine(mi));
-                        row = fmaxf(row, __shfl_xor_sync(0xffffffffu, row, 2));
-                        this->row_max(mi) = fmaxf(row, __shfl_xor_sync(0xffffffffu, row, 1));
-                    }
-                } else {
-                    row_max_in_chains</*init=*/false>(scores);
-                }
+                flashinfer::reduce_max</*init=*/false>(scores, this->row_max);
 #pragma unroll
                 for (int mi = 0; mi < cute::size(this->row_max); ++mi) {
                     // While a row has seen no key its max stays -inf: the clamp keeps old - new from
@@ -184,40 +142,6 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
             }
             exponentiate(scores);
             flashinfer::reduce_sum<init, /*warp_reduce=*/false>(scores, this->row_sum);
-        }
-    }
-
-    // A thread's max of its part of row mi, as kMaxChains interleaved chains joined pairwise.
-    template <typename Scores>
-    __forceinline__ __device__ static float thread_row_max(Scores const& scores, int mi) {
-        constexpr int kColumns = decltype(cute::size<1>(scores))::value;
-        static_assert(kColumns % kMaxChains == 0, "max chains: a divisor of a thread's columns");
-        float chain[kMaxChains];
-#pragma unroll
-        for (int c = 0; c < kMaxChains; ++c) chain[c] = scores(mi, c);
-#pragma unroll
-        for (int ni = kMaxChains; ni < kColumns; ++ni) chain[ni % kMaxChains] = fmaxf(chain[ni % kMaxChains], scores(mi, ni));
-#pragma unroll
-        for (int width = kMaxChains / 2; width >= 1; width /= 2) {
-#pragma unroll
-            for (int c = 0; c < width; ++c) chain[c] = fmaxf(chain[c], chain[c + width]);
-        }
-        return chain[0];
-    }
-
-    // Each row's max over the quad's threads (1 chain: FlashInfer's, from the old max).
-    template <bool init, typename Scores>
-    __forceinline__ __device__ void row_max_in_chains(Scores const& scores) {
-        if constexpr (kMaxChains == 1) {
-            flashinfer::reduce_max<init>(scores, this->row_max);
-        } else {
-#pragma unroll
-            for (int mi = 0; mi < cute::size<0>(scores); ++mi) {
-                const float mine = thread_row_max(scores, mi);
-                float row = init ? mine : fmaxf(this->row_max(mi), mine);
-                row = fmaxf(row, __shfl_xor_sync(0xffffffffu, row, 2));
-                this->row_max(mi) = fmaxf(row, __shfl_xor_sync(0xffffffffu, row, 1));
-            }
         }
     }
 
