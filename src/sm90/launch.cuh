@@ -71,6 +71,11 @@ struct SoftcapAttention : flashinfer::LogitsSoftCap {
     __device__ auto GetAttentionUpdater() {
         return Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/true>(post_tanh_scale);
     }
+#if defined(FAS_SM90_DIAG) && FAS_SM90_DIAG == 3
+    // Speed-only diagnostic (sm90/softmax.cuh's FAS_SM90_DIAG): the score scaled, not capped (no tanh).
+    REGISTER_LOGITS_TRANSFORM(params, logits, batch_idx, qo_idx, kv_idx, qo_head_idx, kv_head_idx,
+                              { return logits * pre_tanh_scale; })
+#endif
 };
 
 // Of the FP8 kernels: the softmax scale and per-head descale factors (NULL pointer = the scalar);

@@ -62,7 +62,8 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
     static_assert(kPolyEvery >= 0, "poly_exp2_every: 0 (off) or every how many columns");
     static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 8, "lazy_rescale_log2: 0 (off) to 8 (P up to 256)");
     // Speed-only diagnostics (wrong outputs; variant builds): FAS_SM90_DIAG=0 this update with no
-    // switch, 1 an FMUL for each exponential, 2 no row max. Unset (-1): the library's kernels.
+    // switch, 1 an FMUL for each exponential, 2 no row max; 3 (sm90/launch.cuh) softcap without its tanh.
+    // Unset (-1): the library's kernels.
 #if defined(FAS_SM90_DIAG)
     static constexpr int kDiag = FAS_SM90_DIAG;
 #else
