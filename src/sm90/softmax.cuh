@@ -69,6 +69,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
 #else
     static constexpr int kDiag = -1;
 #endif
+    static constexpr bool kDiagHere = kDiag >= 0 && kDiag <= 2;  // 3 changes the softcap variant only
     using Base = flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true>;
     using Base::Base;
     float log2_prescale = 0.f;
@@ -110,7 +111,7 @@ struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/t
   private:
     template <bool init, typename Tensor0>
     __forceinline__ __device__ void exponentiate_and_sum(Tensor0& acc_s) {
-        if constexpr (kPolyEvery == 0 && !kPrescaled && !kLazy && kDiag < 0) {
+        if constexpr (kPolyEvery == 0 && !kPrescaled && !kLazy && !kDiagHere) {
             Base::template update<init>(acc_s);
         } else {
             auto scores = cute::make_tensor(acc_s.data(), flashinfer::convert_layout_acc_rowcol(acc_s.layout()));
