@@ -8,11 +8,12 @@ tolerance checks instead. Runs on a GPU machine with PyTorch:
     python3 bench/compare_outputs.py BASELINE_ARTIFACT CANDIDATE_ARTIFACT
 
 Paths covered: plans on the family each build picks (SM90 where built: FP8 e4m3 -> bf16, bf16,
-fp16), plans forced onto FA2 (disable_sm90), packed plans (many short sequences: vision windows,
-short prompts), chunked prefill over a paged cache (16-bit, pages shuffled), and the one-call
-fas_fwd in the batch layout (including shapes that take the split-KV kernel) and the varlen
-layout, each with and without an LSE output. A configuration that one of the builds does not serve is skipped (both must
-serve it to be compared). Exit status 1 when any configuration served by both differs.
+fp16), 16-bit softcap plans (caps 50, 30 with a left window, and 2), plans forced onto FA2
+(disable_sm90), packed plans (many short sequences: vision windows, short prompts), chunked
+prefill over a paged cache (16-bit, pages shuffled), and the one-call fas_fwd in the batch layout
+(including shapes that take the split-KV kernel) and the varlen layout, each with and without an
+LSE output. A configuration that one of the builds does not serve is skipped (both must serve it
+to be compared). Exit status 1 when any configuration served by both differs.
 """
 
 from __future__ import annotations
@@ -57,6 +58,29 @@ def packed_configs():
                    False)
             yield (f"packed {dtype.name.lower()} hd{hd} causal 16/2 prompts", dtype, dtype, hd, True, 16, 2, prompts,
                    False)
+
+
+def softcap_configs():
+    """(name, dtype, head_dim, causal, softcap, window, lengths): 16-bit softcap plans, 16/2 heads. A cap of 2
+    saturates the tanh at random scores; a left window of 300 keys masks whole tiles' left edges."""
+    for dtype in (Dtype.BF16, Dtype.FP16):
+        for hd in (128, 256):
+            for causal in (False, True):
+                for cap, window in ((50.0, None), (2.0, None), (30.0, (300, 0 if causal else -1))):
+                    yield (f"softcap {cap:g} {dtype.name.lower()} hd{hd} {'causal' if causal else 'full'}"
+                           f"{' window ' + str(window) if window else ''} 16/2 varlen", dtype, hd, causal, cap, window,
+                           ODD)
+
+
+def run_softcap(lib, config, inputs, with_lse):
+    _, dtype, hd, causal, cap, window, lengths = config
+    q, k, v = inputs
+    out = torch.full((q.shape[0], 16, hd), float("nan"), dtype=TORCH_DTYPES[dtype], device="cuda")
+    lse = torch.full((q.shape[0] * 16,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
+    args = fas_ctypes.plan_args(lengths, dtype, 16, 2, hd, causal, torch.cuda.current_stream().cuda_stream,
+                                out_dtype=dtype, window=window)
+    args.softcap = cap
+    return plan_once(lib, args, q, k, v, out, lse)
 
 
 def paged_configs():
@@ -209,6 +233,9 @@ def main() -> int:
         lengths = config[-2]
         inputs = random_inputs(sum(lengths), sum(lengths), config[5], config[6], config[3], config[1])
         differing += compare(config[0], libs, run_plan, config, inputs)
+    for config in softcap_configs():
+        inputs = random_inputs(sum(config[-1]), sum(config[-1]), 16, 2, config[2], config[1])
+        differing += compare(config[0], libs, run_softcap, config, inputs)
     for config in paged_configs():
         differing += compare(config[0], libs, run_paged, config, paged_inputs(config))
     for config in fwd_configs():
