@@ -85,6 +85,11 @@ TABLES = {
     "f3": {(True, 96, False): (192, 128, 2), (True, 96, True): (192, 128, 2)},
     # 256 keys a tile: the per-tile softmax work (row maxima, O rescale, barriers) over a third more keys.
     "f4": {(True, 96, False): (128, 256, 2), (True, 96, True): (128, 256, 2)},
+    # 16-bit hd128 with wider key tiles (build --softcap): softcap's per-tile work (row maxima, O rescale,
+    # barriers) over more keys; docs/design/head-dims-and-masks.md, "Logits softcap".
+    "s1": {(False, 128, False): (128, 160, 2), (False, 128, True): (128, 160, 2)},
+    "s2": {(False, 128, False): (128, 176, 2), (False, 128, True): (128, 176, 2)},
+    "s3": {(False, 128, False): (128, 192, 2), (False, 128, True): (128, 192, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
@@ -254,7 +259,8 @@ def build(headers: Path, out: Path, jobs: int, first_include: Path | None = None
         bin_dir = out / variant / "bin"
         bin_dir.mkdir(exist_ok=True)
         run([*nvcc, "-O2", "-std=c++17", f"-I{REPO}/src/include", f"-I{REPO}/tests/gpu", "-Xcompiler=-pthread",
-             f"-Xlinker=-rpath,{lib_dir}", "-o", str(bin_dir / "test_varlen_inference"),
+             # Relative, so a variant folder built here runs where it is copied to (scripts/gpu_variants.sh).
+             "-Xlinker=-rpath,$ORIGIN/../lib", "-o", str(bin_dir / "test_varlen_inference"),
              *map(str, sorted((REPO / "tests/gpu").glob("*.cpp"))), f"-L{lib_dir}", f"-l:{library.name}"])
         print(f"linked {variant}", flush=True)
 
