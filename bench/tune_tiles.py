@@ -90,6 +90,10 @@ TABLES = {
     "s1": {(False, 128, False): (128, 160, 2), (False, 128, True): (128, 160, 2)},
     "s2": {(False, 128, False): (128, 176, 2), (False, 128, True): (128, 176, 2)},
     "s3": {(False, 128, False): (128, 192, 2), (False, 128, True): (128, 192, 2)},
+    # Three consumer warpgroups at 16-bit hd128 (160 registers: S, P and O fit at 96 or 64 keys): two
+    # warpgroups' GEMMs in turn while the third runs softcap's tanh and exponentials.
+    "s4": {(False, 128, False): (192, 96, 2), (False, 128, True): (192, 96, 2)},
+    "s5": {(False, 128, False): (192, 64, 2), (False, 128, True): (192, 64, 2)},
 }
 # The kernels every variant library holds: (fp8, head_dim, causal); FP8 with bf16 output.
 KERNELS = [(fp8, hd, c) for fp8 in (False, True) for hd in (64, 96, 128, 192, 256) for c in (False, True)
