@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import sys
 from pathlib import Path
 
@@ -61,26 +62,15 @@ def packed_configs():
 
 
 def softcap_configs():
-    """(name, dtype, head_dim, causal, softcap, window, lengths): 16-bit softcap plans, 16/2 heads. A cap of 2
-    saturates the tanh at random scores; a left window of 300 keys masks whole tiles' left edges."""
+    """(plan_configs' tuple, softcap, window): 16-bit softcap plans, 16/2 heads. A cap of 2 saturates the
+    tanh at random scores; a left window of 300 keys masks whole tiles' left edges."""
     for dtype in (Dtype.BF16, Dtype.FP16):
         for hd in (128, 256):
             for causal in (False, True):
                 for cap, window in ((50.0, None), (2.0, None), (30.0, (300, 0 if causal else -1))):
-                    yield (f"softcap {cap:g} {dtype.name.lower()} hd{hd} {'causal' if causal else 'full'}"
-                           f"{' window ' + str(window) if window else ''} 16/2 varlen", dtype, hd, causal, cap, window,
-                           ODD)
-
-
-def run_softcap(lib, config, inputs, with_lse):
-    _, dtype, hd, causal, cap, window, lengths = config
-    q, k, v = inputs
-    out = torch.full((q.shape[0], 16, hd), float("nan"), dtype=TORCH_DTYPES[dtype], device="cuda")
-    lse = torch.full((q.shape[0] * 16,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
-    args = fas_ctypes.plan_args(lengths, dtype, 16, 2, hd, causal, torch.cuda.current_stream().cuda_stream,
-                                out_dtype=dtype, window=window)
-    args.softcap = cap
-    return plan_once(lib, args, q, k, v, out, lse)
+                    name = (f"softcap {cap:g} {dtype.name.lower()} hd{hd} {'causal' if causal else 'full'}"
+                            f"{' window ' + str(window) if window else ''} 16/2 varlen")
+                    yield (name, dtype, dtype, hd, causal, 16, 2, ODD, False), cap, window
 
 
 def paged_configs():
@@ -150,14 +140,15 @@ def plan_once(lib, args, q, k, v, out, lse, **run_fields):
     return [out] + ([lse] if lse is not None else [])
 
 
-def run_plan(lib, config, inputs, with_lse):
+def run_plan(lib, config, inputs, with_lse, softcap=0.0, window=None):
     _, dtype, out_dtype, hd, causal, hq, hk, lengths, disable = config
     q, k, v = inputs
     out = torch.full((q.shape[0], hq, hd), float("nan"), dtype=TORCH_DTYPES[out_dtype], device="cuda")
     lse = torch.full((q.shape[0] * hq,), float("nan"), dtype=torch.float32, device="cuda") if with_lse else None
     stream = torch.cuda.current_stream().cuda_stream
-    args = fas_ctypes.plan_args(lengths, dtype, hq, hk, hd, causal, stream, out_dtype=out_dtype)
+    args = fas_ctypes.plan_args(lengths, dtype, hq, hk, hd, causal, stream, out_dtype=out_dtype, window=window)
     args.disable_sm90 = int(disable)
+    args.softcap = softcap
     return plan_once(lib, args, q, k, v, out, lse)
 
 
@@ -233,9 +224,10 @@ def main() -> int:
         lengths = config[-2]
         inputs = random_inputs(sum(lengths), sum(lengths), config[5], config[6], config[3], config[1])
         differing += compare(config[0], libs, run_plan, config, inputs)
-    for config in softcap_configs():
-        inputs = random_inputs(sum(config[-1]), sum(config[-1]), 16, 2, config[2], config[1])
-        differing += compare(config[0], libs, run_softcap, config, inputs)
+    for config, cap, window in softcap_configs():
+        _, dtype, _, hd, _, hq, hk, lengths, _ = config
+        inputs = random_inputs(sum(lengths), sum(lengths), hq, hk, hd, dtype)
+        differing += compare(config[0], libs, functools.partial(run_plan, softcap=cap, window=window), config, inputs)
     for config in paged_configs():
         differing += compare(config[0], libs, run_paged, config, paged_inputs(config))
     for config in fwd_configs():
