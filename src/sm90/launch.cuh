@@ -62,14 +62,16 @@ struct SoftmaxScaleAndCap {
     int window_right;
 };
 
-// FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/softmax.cuh).
-template <int HeadDim>
+// FlashInfer's softcap variant (a tanh per score) with the kernels' softmax (sm90/softmax.cuh); Paged:
+// the paged kernels' (their softmax choice may differ: sm90/softmax_choice.h).
+template <int HeadDim, bool Paged = false>
 struct SoftcapAttention : flashinfer::LogitsSoftCap {
     using flashinfer::LogitsSoftCap::LogitsSoftCap;
 
     template <int NUM_ROWS_PER_THREAD>
     __device__ auto GetAttentionUpdater() {
-        return Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/true>(post_tanh_scale);
+        return Softmax<NUM_ROWS_PER_THREAD, HeadDim, /*Fp8=*/false, /*Softcap=*/true, /*Packed=*/false, Paged>(
+            post_tanh_scale);
     }
 #if defined(FAS_SM90_DIAG) && FAS_SM90_DIAG == 3
     // Speed-only diagnostic (sm90/softmax.cuh's FAS_SM90_DIAG): the score scaled, not capped (no tanh).
@@ -134,7 +136,7 @@ struct Assembly16 {
     using Additional = std::conditional_t<S == Scores::kSoftcap, SoftmaxScaleAndCap,
                                           std::conditional_t<S == Scores::kSegments, SoftmaxScaleAndRowKeys,
                                                              SoftmaxScaleAndSinks>>;
-    using Variant = std::conditional_t<S == Scores::kSoftcap, SoftcapAttention<HeadDim>,
+    using Variant = std::conditional_t<S == Scores::kSoftcap, SoftcapAttention<HeadDim, Paged>,
                                        std::conditional_t<S == Scores::kSegments, SegmentMaskAttention<HeadDim>,
                                                           SinkAttention<HeadDim>>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,

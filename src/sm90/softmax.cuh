@@ -52,9 +52,10 @@ __device__ __forceinline__ void hold_pv_wait_behind(float value) {
 //                      it out;
 //   hold_pv_wait       the update keeps the PV GEMM's wait behind it (hold_pv_wait_behind).
 // And FAS_SM90_DIAG, for speed-only diagnostic builds (below; fp8-speed.md, 2026-12-03).
-template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false, bool Packed = false>
+template <int NUM_ROWS_PER_THREAD, int HeadDim, bool Fp8 = false, bool Softcap = false, bool Packed = false,
+          bool Paged = false>
 struct Softmax : flashinfer::OnlineSoftmax<NUM_ROWS_PER_THREAD, /*WITH_SCALE=*/true> {
-    static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap, Packed);
+    static constexpr SoftmaxChoice kChoice = softmax_choice(Fp8, HeadDim, Softcap, Packed, Paged);
     static constexpr int kPolyEvery = kChoice.poly_exp2_every;
     static constexpr int kLazyLog2 = kChoice.lazy_rescale_log2;
     static constexpr bool kLazy = kLazyLog2 > 0;

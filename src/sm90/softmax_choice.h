@@ -1,5 +1,5 @@
 // Which of the softmax's switches (sm90/softmax.cuh) an SM90 kernel takes, by its input type, head
-// dim, score transform and whether it is a packed kernel (sm90/segment_mask.cuh): the ones that
+// dim, score transform and whether it is a packed (sm90/segment_mask.cuh) or paged kernel: the ones that
 // measured faster on the H200, each against the kernels without it (docs/design/sm90-mainloop-plan.md,
 // "Step 2 measured", holds the numbers). exp2 on the FMA pipe pays where softcap's tanh and exp2
 // fill the XU pipe: every 4th column at 16-bit hd128, every 8th for FP8 and at hd256
@@ -7,8 +7,9 @@
 // hd96 kernels (vision windows, 3-5%; the packed hd128 kernels measured even, others not measured;
 // sm90-epilogue-overlap.md); skipping O's rescale only where O is widest (16-bit head dim 256);
 // folding FP8's P scale only at head dim 256; holding the PV wait only in the 16-bit hd256 softcap
-// kernels (since 2104cd8 ptxas put fewer of their exponentials beside PV: varlen causal 10% slower,
-// restored by the hold, non-causal even; the paged one 4-10% faster with it; head-dims-and-masks.md,
+// varlen kernels (since 2104cd8 ptxas put fewer of their exponentials beside PV: causal 10% slower,
+// restored by the hold, non-causal 4% faster in the release build; the paged one gains with nvcc
+// 13.0 but not from the release toolchain, and the FP8 softcap ones lose 9-12%; head-dims-and-masks.md,
 // "Logits softcap").
 // A FAS_SM90_POLY_EXP2_EVERY, FAS_SM90_LAZY_RESCALE_LOG2, FAS_SM90_FP8_FOLD_P_SCALE or
 // FAS_SM90_HOLD_PV_WAIT flag, where defined, sets its switch in every kernel instead (variant
@@ -27,10 +28,10 @@ struct SoftmaxChoice {
     bool hold_pv_wait;      // keep the PV GEMM's wait behind the softmax update
 };
 
-constexpr SoftmaxChoice softmax_choice(bool fp8, int head_dim, bool softcap, bool packed = false) {
+constexpr SoftmaxChoice softmax_choice(bool fp8, int head_dim, bool softcap, bool packed = false, bool paged = false) {
     const int poly_every = softcap ? (fp8 || head_dim >= 256 ? 8 : 4) : packed && !fp8 && head_dim == 96 ? 4 : 0;
     SoftmaxChoice choice{poly_every, !fp8 && head_dim >= 256 ? 8 : 0, fp8 && head_dim >= 256,
-                         softcap && !fp8 && head_dim >= 256};
+                         softcap && !fp8 && head_dim >= 256 && !paged};
 #if defined(FAS_SM90_POLY_EXP2_EVERY)
     choice.poly_exp2_every = FAS_SM90_POLY_EXP2_EVERY;
 #endif
