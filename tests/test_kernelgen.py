@@ -27,9 +27,10 @@ def test_one_instantiation_per_file_named_by_its_parameters(repo):
 
 
 def test_only_the_80_key_wide_tiles_define_cutes_extended_gmma_shapes_before_any_include(repo):
-    """16-bit varlen kernels, causal, at head dims 192 and 256 have 80 keys per stage (src/sm90/tiles.h),
-    a width CuTe runs as five 16-wide GMMAs without its extended shapes; every other TU does without
-    the define, whose header costs ~40 s of compile (sm90/launch.cuh asserts both at compile time)."""
+    """16-bit varlen kernels, causal, at head dims 192 and 256, and the hd256 softcap ones non-causal too,
+    have 80 keys per stage (src/sm90/tiles.h), a width CuTe runs as five 16-wide GMMAs without its
+    extended shapes; every other TU does without the define, whose header costs ~40 s of compile
+    (sm90/launch.cuh asserts both at compile time)."""
     define = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1"
     having = set()
     for path in sorted((repo / "kernels").glob("*.cu")):
@@ -37,10 +38,11 @@ def test_only_the_80_key_wide_tiles_define_cutes_extended_gmma_shapes_before_any
         if define in text:
             having.add(path.stem)
             assert text.index(define) < text.index("#include"), path.name
-    assert having == {f"sm90_{family}_hdim{hd}_{dtype}_causal_sm90" for family in ("prefill", "softcap_prefill")
-                      for hd in (192, 256) for dtype in ("fp16", "bf16")
-                      if (repo / "kernels" / f"sm90_{family}_hdim{hd}_{dtype}_causal_sm90.cu").exists()}
-    assert "sm90_prefill_hdim256_bf16_causal_sm90" in having
+    wanted = {f"sm90_{family}_hdim{hd}_{dtype}_causal_sm90" for family in ("prefill", "softcap_prefill")
+              for hd in (192, 256) for dtype in ("fp16", "bf16")}
+    wanted |= {f"sm90_softcap_prefill_hdim256_{dtype}_sm90" for dtype in ("fp16", "bf16")}
+    assert having == {stem for stem in wanted if (repo / "kernels" / f"{stem}.cu").exists()}
+    assert {"sm90_prefill_hdim256_bf16_causal_sm90", "sm90_softcap_prefill_hdim256_bf16_sm90"} <= having
 
 
 def test_every_kernel_tu_ends_with_one_hidden_external_definition_named_after_it(repo):

@@ -112,10 +112,12 @@ def _sm90_template_args(tu) -> str:
     return (f"{DTYPES[tu.input_dtype].value}, {DTYPES[tu.dtype].value}, {tu.head_dim}, {_cpp_bool(tu.causal)}")
 
 
-# The head dims whose 16-bit varlen tile, causal, has 80 keys per stage (src/sm90/tiles.h): a GEMM
-# width that CuTe declares only among its extended GMMA shapes, so those TUs (prefill and softcap)
-# define them. sm90/launch.cuh asserts that a TU defines them exactly where its tile needs them.
+# The head dims whose 16-bit varlen tile has 80 keys per stage (src/sm90/tiles.h), causal (prefill
+# and softcap) and, for softcap, non-causal too: a GEMM width that CuTe declares only among its
+# extended GMMA shapes, so those TUs define them. sm90/launch.cuh asserts that a TU defines them
+# exactly where its tile needs them.
 SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS = (192, 256)
+SM90_EXTENDED_GMMA_SOFTCAP_HEAD_DIMS = (256,)
 EXTENDED_GMMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1"
 
 
@@ -148,9 +150,11 @@ def _run_ragged(tu, scores: str = "") -> str:
             f"{_cpp_bool(tu.causal)}{flag}>")
 
 
-def _varlen_16bit_extended_gmma(tu) -> bool:
+def _varlen_16bit_extended_gmma(tu, softcap: bool = False) -> bool:
     """Whether a 16-bit varlen TU's tile (prefill, softcap) needs CuTe's extended GMMA shapes."""
-    return tu.input_dtype == tu.dtype and tu.causal and tu.head_dim in SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS
+    return tu.input_dtype == tu.dtype and (
+        (tu.causal and tu.head_dim in SM90_EXTENDED_GMMA_CAUSAL_HEAD_DIMS)
+        or (softcap and tu.head_dim in SM90_EXTENDED_GMMA_SOFTCAP_HEAD_DIMS))
 
 
 def render_sm90(tu) -> str:
@@ -191,7 +195,7 @@ def sm90_fp8_softcap_symbol(tu) -> str:
 
 def render_sm90_softcap(tu) -> str:
     return _sm90_source(tu, f"FlashInfer SM90 ragged prefill with a logits softcap: {tu.dtype}", "sm90/launch.cuh",
-                        _run_ragged(tu, "kSoftcap"), _varlen_16bit_extended_gmma(tu))
+                        _run_ragged(tu, "kSoftcap"), _varlen_16bit_extended_gmma(tu, softcap=True))
 
 
 def sm90_softcap_symbol(tu) -> str:

@@ -270,9 +270,9 @@ cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
 template <typename Input, typename Output, int HeadDim, bool Causal, Scores S = Scores::kPlain,
-          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal).q_rows,
-          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal).kv_rows,
-          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal).stages>
+          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).q_rows,
+          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).kv_rows,
+          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).stages>
 cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0 && HeadDim <= 256, "FlashInfer's SM90 traits take head dims that are multiples of 32");
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");

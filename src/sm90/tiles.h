@@ -38,7 +38,13 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // 3 or 4 stages were not: docs/design/decode-plan.md, "Chunked prefill"). The gather gives each
 // key one thread that looks its page up, so kv_rows is at most 128 and a multiple of
 // 1024 / head_dim (static_assert in sm90/paged_launch.cuh).
-constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false) {
+//
+// Softcap (the varlen 16-bit softcap kernels): the plain kernel's shape, except at head dim 256
+// non-causal, where 80 keys (the causal kernel's) spread softcap's per-tile work over more keys:
+// 0.869 of the 64-key kernel's time on the H200, while plain at 80 keys ran 1.01-1.04
+// (docs/design/head-dims-and-masks.md, "Logits softcap"). Query rows never differ, so the
+// planner, which reads them without knowing the score transform, agrees with every kernel.
+constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false, bool softcap = false) {
     if (paged) {
         if (head_dim == 64) return {192, 96, 2};
         if (head_dim == 128) return {128, 128, 2};
@@ -53,7 +59,7 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged =
     if (head_dim == 96) return TileShape{128, 128, 2};
     if (head_dim == 128) return TileShape{128, 128, 2};
     if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
-    return causal ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
+    return causal || softcap ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }
 #endif
 
