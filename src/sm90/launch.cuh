@@ -266,13 +266,17 @@ cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
     return launch<Assembly>(mainloop, epilogue_params<Assembly, Output>(args), args, stream);
 }
 
+// A varlen kernel's tile in this library's table (sm90/tiles.h).
+template <typename Input, int HeadDim, bool Causal, Scores S>
+constexpr TileShape kVarlenTile = tile_shape(kIsFp8<Input>, HeadDim, Causal, /*paged=*/false, S == Scores::kSoftcap);
+
 // Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
 // tuning runs (the planner must then use the same query rows).
 template <typename Input, typename Output, int HeadDim, bool Causal, Scores S = Scores::kPlain,
-          int CtaQ = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).q_rows,
-          int CtaKV = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).kv_rows,
-          int Stages = tile_shape(kIsFp8<Input>, HeadDim, Causal, false, S == Scores::kSoftcap).stages>
+          int CtaQ = kVarlenTile<Input, HeadDim, Causal, S>.q_rows,
+          int CtaKV = kVarlenTile<Input, HeadDim, Causal, S>.kv_rows,
+          int Stages = kVarlenTile<Input, HeadDim, Causal, S>.stages>
 cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0 && HeadDim <= 256, "FlashInfer's SM90 traits take head dims that are multiples of 32");
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
