@@ -4,7 +4,9 @@ against its baseline (issue 33: no bench row slower) without the spread between 
     python3 bench/bench_pair.py --before OLD_ARTIFACT --after NEW_ARTIFACT [--only dense fwd ...]
 
 Rows are bench_attention.py's (16 heads, 16384 tokens per shape; the vision tower at hd80, the
-Qwen-like varlen batch, the 4096-key window, softcap 50) and bench_few_tiles.py's fas_fwd rows.
+Qwen-like varlen batch, the 4096-key window, softcap 50), bench_few_tiles.py's fas_fwd rows and
+bench_chunked_prefill.py's paged rows (4 x 2048 queries on 16384 keys in pages of 16, GQA 16/2:
+the plain plan, softcap 50 and a 4096-key window, at each of --head-dims that the paged kernels have).
 Each row times, for both builds in one median_ms_each dict: the plan reused (16-bit, and FP8
 e4m3 inputs for dense, varlen, window and softcap rows) and fas_fwd on the batch-layout tensors (dense and few-tiles rows).
 Prints microseconds and after / before per (row, path); a path a build does not serve shows its
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bench_decode import paged_plan, plan_runner
 from bench_few_tiles import ROWS as FEW_TILE_ROWS
 from common import QWEN_VARLEN_LENGTHS, Library, median_ms_each, print_table
 
@@ -108,7 +111,24 @@ def few_tiles(libs, args):
                {"fwd": _per_build(libs, lambda lib: lib.forward_fn(q, k, v, out, True))})
 
 
-SECTIONS = {"dense": dense, "vision": vision, "varlen": varlen, "masks": masks, "fwd": few_tiles}
+def paged(libs, args):
+    stream = torch.cuda.current_stream().cuda_stream
+    for head_dim in (d for d in args.head_dims if d in (64, 128, 256)):
+        q = torch.randn(4, 2048, 16, head_dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(4, 16384, 2, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(q)
+        window = {"use_window": 1, "window_size_left": 4096, "window_size_right": 0}
+        for label, masks in (("", {}), (" softcap 50", {"softcap": 50.0}), (" window (4096, 0)", window)):
+            def make(lib, masks=masks):
+                plan, run = paged_plan(q, k, v, out, 16, stream)
+                for name, value in masks.items():
+                    setattr(plan, name, value)
+                return plan_runner(lib, plan, run)[0]
+            yield (f"bf16 hd{head_dim} causal 4 x 2048 x 16384 16/2 pages of 16{label}",
+                   {"paged plan": _per_build(libs, make)})
+
+
+SECTIONS = {"dense": dense, "vision": vision, "varlen": varlen, "masks": masks, "fwd": few_tiles, "paged": paged}
 
 
 def main() -> None:

@@ -2,7 +2,9 @@
 
 The header promises: a softcap kernel takes its plain kernel's shape except the 16-bit head dim 256
 non-causal one (80 keys a stage instead of 64); query rows never depend on the score transform (the
-planner reads them without it); paged and FP8 kernels ignore the softcap flag.
+planner reads them without it); paged and FP8 kernels ignore the softcap flag; a paged kernel's
+keys a stage suit its page gather (one producer thread a key, at most 128, a multiple of
+1024 / head dim) and its stages fit shared memory beside Q.
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ int main() {
 """
 
 
-def test_softcap_changes_only_the_16_bit_hd256_non_causal_tile_and_never_the_query_rows(tmp_path):
+def tile_table(tmp_path) -> dict:
     table = {}
     for line in run_program(tmp_path, PROGRAM).split("\n"):
         if line:
             fp8, hd, causal, paged, softcap, q, kv, stages = map(int, line.split())
             table[(fp8, hd, causal, paged, softcap)] = (q, kv, stages)
+    return table
+
+
+def test_softcap_changes_only_the_16_bit_hd256_non_causal_tile_and_never_the_query_rows(tmp_path):
+    table = tile_table(tmp_path)
     assert len(table) == 2 * 5 * 2 * 2 * 2
     for (fp8, hd, causal, paged, softcap), shape in table.items():
         if not softcap:
@@ -43,3 +50,13 @@ def test_softcap_changes_only_the_16_bit_hd256_non_causal_tile_and_never_the_que
             assert plain == (128, 64, 2) and shape == (128, 80, 2)
         else:
             assert shape == plain, (fp8, hd, causal, paged)
+
+
+def test_paged_tiles_suit_the_page_gather_and_fit_shared_memory(tmp_path):
+    table = tile_table(tmp_path)
+    for head_dim in (64, 128, 256):  # the paged kernels' head dims (16-bit)
+        q_rows, kv_rows, stages = table[(0, head_dim, 1, 1, 0)]
+        assert kv_rows <= 128 and kv_rows % (1024 // head_dim) == 0, (head_dim, kv_rows)
+        shared = 2 * head_dim * (q_rows + stages * 2 * kv_rows)  # bytes of Q and of each stage's K and V
+        assert shared <= 227 * 1024, (head_dim, q_rows, kv_rows, stages)
+    assert table[(0, 256, 1, 1, 0)] == (128, 64, 2)
