@@ -36,7 +36,7 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // Paged KV (cp.async page gather by four producer warps): FlashInfer's choices for its paged SM90
 // kernels, except 128 keys per stage at head dim 128 (96 upstream; 2-3% faster on the H100, and
 // 3 or 4 stages were not: docs/design/decode-plan.md, "Chunked prefill") and 64 at head dim 256
-// (32 upstream: 0.77-0.81 of the time on the H200, softcap and windows alike, though ptxas spills
+// (32 upstream: 0.77-0.83 of the time on the H200, softcap and windows alike, though ptxas spills
 // 72-80 bytes; 48 keys, 80 or 3 stages of 32 gained less: docs/design/sm90-tiles.md). The gather
 // gives each key one thread that looks its page up, so kv_rows is at most 128 and a multiple of
 // 1024 / head_dim (static_assert in sm90/paged_launch.cuh).
