@@ -37,6 +37,11 @@ ROWS = [(16, 512, 4096), (4, 2048, 16384), (64, 128, 2048), (1, 8192, 32768)]
 HEADS_Q, HEADS_KV, HEAD_DIM = 16, 2, 128
 
 
+def window_fields(window: int) -> dict:
+    """PlanArgs fields of a causal left window of `window` keys."""
+    return {"use_window": 1, "window_size_left": window, "window_size_right": 0}
+
+
 def window_mask(rows: int, queries: int, keys: int, window: int) -> torch.Tensor:
     """[rows, keys] bool: what the last `rows` of `queries` see under a causal left window."""
     diagonal = torch.arange(queries - rows, queries, device="cuda")[:, None] + keys - queries
@@ -75,13 +80,9 @@ def row_fns(lib: Library, batch: int, queries: int, keys: int, window: int = -1,
         runner(f"page{page}", *paged_plan(q, k, v, out, page, stream))
     runner("page16 paged family", *paged_plan(q, k, v, out, 16, stream, disable_sm90=1))
     if window >= 0:
-        windowed, run = paged_plan(q, k, v, out, 16, stream)
-        windowed.use_window, windowed.window_size_left, windowed.window_size_right = 1, window, 0
-        runner("page16 window", windowed, run)
+        runner("page16 window", *paged_plan(q, k, v, out, 16, stream, **window_fields(window)))
     if softcap > 0:
-        capped, run = paged_plan(q, k, v, out, 16, stream)
-        capped.softcap = softcap
-        runner("page16 softcap", capped, run)
+        runner("page16 softcap", *paged_plan(q, k, v, out, 16, stream, softcap=softcap))
 
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     mask = causal_lower_right(queries, keys)

@@ -83,10 +83,10 @@ def plan_runner(lib: Library, args: PlanArgs, run: PlanRunArgs):
     return reused, step, layers, info
 
 
-def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
+def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0, **fields):
     """(plan args, run args) of a causal plan over a paged copy of k, v [batch, kv_len, Hk, D]:
-    pages of `page` keys in shuffled order; q, out are [batch, queries, Hq, D]. The run args hold
-    the cache tensors (keepalive)."""
+    pages of `page` keys in shuffled order; q, out are [batch, queries, Hq, D]; `fields` set more
+    PlanArgs fields (softcap=50.0, use_window=1, ...). The run args hold the cache tensors (keepalive)."""
     batch, kv_len, heads_kv, head_dim = k.shape
     pages_per_seq = (kv_len + page - 1) // page
     num_pages = batch * pages_per_seq
@@ -102,6 +102,8 @@ def paged_plan(q, k, v, out, page: int, stream: int, disable_sm90: int = 0):
     args = PlanArgs.new(dtype=fas_dtype(q), out_dtype=fas_dtype(q), batch_size=batch, num_heads_q=q.shape[2],
                         num_heads_k=heads_kv, head_dim=head_dim, causal=1, stream=stream, disable_sm90=disable_sm90,
                         kv_layout=KvLayout.PAGED, page_size=page, num_pages=num_pages)
+    for name, value in fields.items():
+        setattr(args, name, value)
     fas_ctypes.uniform_lengths(args, batch, q.shape[1], kv_len=kv_len)
     run = PlanRunArgs.new(q=q.data_ptr(), k=caches[0].data_ptr(), v=caches[1].data_ptr(), out=out.data_ptr(),
                           stream=stream, page_indices=ids.data_ptr())

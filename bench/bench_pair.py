@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bench_chunked_prefill import HEADS_KV, HEADS_Q, window_fields
 from bench_decode import paged_plan, plan_runner
 from bench_few_tiles import ROWS as FEW_TILE_ROWS
 from common import QWEN_VARLEN_LENGTHS, Library, median_ms_each, print_table
@@ -113,18 +114,15 @@ def few_tiles(libs, args):
 
 def paged(libs, args):
     stream = torch.cuda.current_stream().cuda_stream
-    for head_dim in (d for d in args.head_dims if d in (64, 128, 256)):
-        q = torch.randn(4, 2048, 16, head_dim, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(4, 16384, 2, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    batch, queries, keys = 4, 2048, 16384
+    for head_dim in (d for d in args.head_dims if d in (64, 128, 256)):  # the paged kernels' head dims
+        q = torch.randn(batch, queries, HEADS_Q, head_dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, keys, HEADS_KV, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         out = torch.empty_like(q)
-        window = {"use_window": 1, "window_size_left": 4096, "window_size_right": 0}
-        for label, masks in (("", {}), (" softcap 50", {"softcap": 50.0}), (" window (4096, 0)", window)):
-            def make(lib, masks=masks):
-                plan, run = paged_plan(q, k, v, out, 16, stream)
-                for name, value in masks.items():
-                    setattr(plan, name, value)
-                return plan_runner(lib, plan, run)[0]
-            yield (f"bf16 hd{head_dim} causal 4 x 2048 x 16384 16/2 pages of 16{label}",
+        for label, fields in (("", {}), (" softcap 50", {"softcap": 50.0}), (" window (4096, 0)", window_fields(4096))):
+            def make(lib, fields=fields):
+                return plan_runner(lib, *paged_plan(q, k, v, out, 16, stream, **fields))[0]
+            yield (f"bf16 hd{head_dim} causal {batch} x {queries} x {keys} {HEADS_Q}/{HEADS_KV} pages of 16{label}",
                    {"paged plan": _per_build(libs, make)})
 
 
