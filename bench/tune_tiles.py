@@ -139,8 +139,8 @@ def kernel_tu(fp8: bool, head_dim: int, causal: bool, flavor: str = "") -> Kerne
 
 def override_header(table: dict) -> str:
     lines = ["// Written by bench/tune_tiles.py: a tuning table for src/sm90/tiles.h.",
-             "constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false, bool = false) {",
-             "    if (paged) return {0, 0, 0};  // tuning builds hold no paged kernels"]
+             "constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, TileFor kind = TileFor::kVarlen) {",
+             "    if (kind == TileFor::kPaged) return {0, 0, 0};  // tuning builds hold no paged kernels"]
     for (fp8, hd, causal), (q, kv, stages) in sorted(table.items()):
         lines.append(f"    if (fp8 == {str(fp8).lower()} && head_dim == {hd} && causal == {str(causal).lower()}) "
                      f"return {{{q}, {kv}, {stages}}};")

@@ -115,8 +115,9 @@
  *   builds 96 and 128, `full` all five) and no softcap is asked for, fas_plan_create packs
  *   consecutive sequences into shared query tiles: every sequence with queries must fit one
  *   query tile and one key tile of the kernel (128 or 192 queries, 64 to 128 keys by head dim:
- *   fas_plan_info.query_tile_rows; at head dim 128 both are 128), and the packs must number at
- *   most three quarters of those sequences; else the plan is made as before. A packed tile's
+ *   fas_plan_info.query_tile_rows; at head dim 128 both are 128; at head dim 96, since 0.5, 64
+ *   and 64, a kernel of which three CTAs share an SM), and the packs must number at most three
+ *   quarters of those sequences (any number at head dim 96); else the plan is made as before. A packed tile's
  *   rows see only their own sequence's keys, cut by the causal mask and the left window of
  *   MASKS, so results equal an unpacked plan's (up to the summation order of floating point).
  *   fas_plan_info.packed is 1, query_tiles counts the packs, kernel_head_dim names the packed

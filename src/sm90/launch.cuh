@@ -126,7 +126,7 @@ constexpr bool extended_gmma_shapes_as_needed() {
 // cache through FlashInfer's sparse mainloop (paged_launch.cuh), whose four producer warps gather
 // each tile row by row through the page table (cp.async) instead of one TMA copy.
 template <typename Input, typename Output, int HeadDim, bool Causal, int CtaQ, int CtaKV, int Stages,
-          bool Paged = false, Scores S = Scores::kPlain>
+          bool Paged = false, Scores S = Scores::kPlain, int CtasPerSm = 1>
 struct Assembly16 {
     static_assert(S != Scores::kSegments || (!Causal && !Paged), "packed kernels are varlen and non-causal");
     // Varlen and paged kernels take a left window (a plan without one passes kNoWindow): the mask
@@ -141,7 +141,7 @@ struct Assembly16 {
                                                           SinkAttention<HeadDim>>>;
     using Traits = flashinfer::AttentionKernelTraits</*USE_TMA_LOAD_KV=*/!Paged, HeadDim, HeadDim, CtaQ, CtaKV, Stages,
                                                      Input, Input, Output, int32_t, Variant>;
-    using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>>;
+    using Kernel = KernelTraits<Traits, SeparateOStorage<Traits>, CtasPerSm>;
     using Mainloop = std::conditional_t<Paged, flashinfer::SparseCollectiveMainloop<Additional, Traits, Causal>,
                                         flashinfer::CollectiveMainloop<Additional, Traits, Causal>>;
     using Epilogue = Epilogue16<Traits>;
@@ -268,7 +268,10 @@ cudaError_t launch_varlen(const RaggedArgs& args, cudaStream_t stream) {
 
 // A varlen kernel's tile in this library's table (sm90/tiles.h).
 template <typename Input, int HeadDim, bool Causal, Scores S>
-constexpr TileShape kVarlenTile = tile_shape(kIsFp8<Input>, HeadDim, Causal, /*paged=*/false, S == Scores::kSoftcap);
+constexpr TileShape kVarlenTile = tile_shape(kIsFp8<Input>, HeadDim, Causal,
+                                             S == Scores::kSoftcap    ? TileFor::kSoftcap
+                                             : S == Scores::kSegments ? TileFor::kPacked
+                                                                      : TileFor::kVarlen);
 
 // Input: cutlass::half_t, bfloat16_t or float_e4m3_t; Output: the input type, or half_t /
 // bfloat16_t for e4m3. The tile shape defaults to this library's table; other shapes are for
@@ -276,7 +279,8 @@ constexpr TileShape kVarlenTile = tile_shape(kIsFp8<Input>, HeadDim, Causal, /*p
 template <typename Input, typename Output, int HeadDim, bool Causal, Scores S = Scores::kPlain,
           int CtaQ = kVarlenTile<Input, HeadDim, Causal, S>.q_rows,
           int CtaKV = kVarlenTile<Input, HeadDim, Causal, S>.kv_rows,
-          int Stages = kVarlenTile<Input, HeadDim, Causal, S>.stages>
+          int Stages = kVarlenTile<Input, HeadDim, Causal, S>.stages,
+          int CtasPerSm = kVarlenTile<Input, HeadDim, Causal, S>.ctas_per_sm>
 cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     static_assert(HeadDim % 32 == 0 && HeadDim <= 256, "FlashInfer's SM90 traits take head dims that are multiples of 32");
     static_assert(kIsFp8<Input> || std::is_same_v<Input, Output>, "16-bit kernels write their input dtype");
@@ -294,7 +298,7 @@ cudaError_t run_ragged(const RaggedArgs& args, cudaStream_t stream) {
     }
     using Assembly =
         std::conditional_t<kIsFp8<Input>, AssemblyFp8<Output, HeadDim, Causal, CtaQ, CtaKV, Stages>,
-                           Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, S>>;
+                           Assembly16<Input, Output, HeadDim, Causal, CtaQ, CtaKV, Stages, /*Paged=*/false, S, CtasPerSm>>;
     return launch_varlen<Assembly, Input, Output>(args, stream);
 }
 

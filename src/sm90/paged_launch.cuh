@@ -22,7 +22,7 @@ cudaError_t run_paged(const RaggedArgs& args, cudaStream_t stream) {
         (args.sinks != nullptr && S == Scores::kSoftcap) || (args.window_right != 0 && !Causal)) {
         return cudaErrorInvalidValue;
     }
-    constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, /*paged=*/true);
+    constexpr TileShape kTile = tile_shape(false, HeadDim, Causal, TileFor::kPaged);
     static_assert(kTile.kv_rows <= 128 && kTile.kv_rows % (1024 / HeadDim) == 0,
                   "the page gather gives each key of a K/V tile one thread of the producer warpgroup");
     using Assembly = Assembly16<Input, Input, HeadDim, Causal, kTile.q_rows, kTile.kv_rows, kTile.stages, true, S>;

@@ -40,18 +40,38 @@
 namespace fas_sm90 {
 
 // Registers a producer and a consumer thread keep after the split: FlashInfer's numbers, which
-// its kernel traits' launch bounds assume (12 warps: two consumer warpgroups; 16: three).
+// its kernel traits' launch bounds assume (12 warps: two consumer warpgroups; 16: three); with
+// one consumer warpgroup (8 warps, several CTAs an SM) the TMA producer keeps 24 and the consumer
+// takes the rest of the block's share.
 template <typename Kernel, bool TmaKV>
 struct RoleRegisters {
-    static constexpr bool kTwoConsumers = Kernel::NUM_WARPS == 12;
-    static constexpr int kProducer = TmaKV ? (kTwoConsumers ? 24 : 32) : 72;
-    static constexpr int kConsumer = TmaKV ? (kTwoConsumers ? 240 : 160) : (kTwoConsumers ? 216 : 144);
-    // The split must fit what the block holds from its launch (65536 / threads a thread, in steps
-    // of 8): past it the consumers' setmaxnreg.inc waits forever (an FP8 producer keeping 32 hung
-    // every kernel: docs/design/fp8-speed.md, "Head dim 96").
     static constexpr int kGroups = Kernel::NUM_WARPS / 4;
-    static_assert(kProducer + (kGroups - 1) * kConsumer <= kGroups * (65536 / (kGroups * 128) / 8 * 8),
+    // What the block holds a thread from its launch: 65536 / (threads x CTAs an SM), in steps of 8.
+    static constexpr int kShare = 65536 / (Kernel::NUM_WARPS * 32 * Kernel::kCtasPerSm) / 8 * 8;
+    static constexpr bool kTwoConsumers = kGroups == 3;
+    static constexpr bool kOneConsumer = kGroups == 2;
+    static_assert(!kOneConsumer || TmaKV, "one consumer warpgroup: TMA K/V only");
+    static constexpr int kProducer = kOneConsumer ? 24 : TmaKV ? (kTwoConsumers ? 24 : 32) : 72;
+    static constexpr int kConsumer = kOneConsumer ? 2 * kShare - kProducer
+                                     : TmaKV      ? (kTwoConsumers ? 240 : 160)
+                                                  : (kTwoConsumers ? 216 : 144);
+    // The split must fit that share: past it the consumers' setmaxnreg.inc waits forever (an FP8
+    // producer keeping 32 hung every kernel: docs/design/fp8-speed.md, "Head dim 96").
+    static_assert(kProducer + (kGroups - 1) * kConsumer <= kGroups * kShare,
                   "producer + consumer registers exceed the block's");
+};
+
+// The consumers' turns at the tensor pipe with one consumer warpgroup: nothing to take turns with,
+// so FlashInfer's ping-pong (which asserts two or three) is left out; only the first Q's hand-over
+// to the producer stays.
+template <typename Kernel>
+struct SoloConsumer {
+    static CUTLASS_DEVICE void barrier_sync() {}
+    static CUTLASS_DEVICE void barrier_arrive() {}
+    static CUTLASS_DEVICE void mma_init() {
+        cutlass::arch::NamedBarrier::arrive(Kernel::NUM_MMA_THREADS + Kernel::NUM_PRODUCER_THREADS,
+                                            static_cast<int>(flashinfer::NamedBarriers::kQueryEmpty));
+    }
 };
 
 // FP8 mainloops: V is transposed in shared memory by the producer warpgroup (a third pipeline,
@@ -119,7 +139,7 @@ CUTLASS_DEVICE Block shift_diagonal(Block block, int right) {
 }
 
 template <typename Mainloop, typename Epilogue, typename Kernel, bool Window, bool Causal, typename Scheduler>
-__global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp, 1)
+__global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp, Kernel::kCtasPerSm)
     prefill_body(CUTE_GRID_CONSTANT typename Mainloop::Params const mainloop_params,
                  CUTE_GRID_CONSTANT typename Epilogue::Params const epilogue_params,
                  CUTE_GRID_CONSTANT typename Scheduler::Params const scheduler_params) {
@@ -224,7 +244,7 @@ __global__ void __launch_bounds__(Kernel::NUM_WARPS* cutlass::NumThreadsPerWarp,
     // (its rule: FP8 from head dim 128, 16-bit to 128). On at FP8 hd96: 1.04-1.07 of the time (fp8-speed.md).
     using Warps = flashinfer::WarpScheduler<Kernel, FAS_SM90_SCHEDULER_BARRIER != 0>;
 #else
-    using Warps = typename Mainloop::WarpScheduler;
+    using Warps = std::conditional_t<Registers::kOneConsumer, SoloConsumer<Kernel>, typename Mainloop::WarpScheduler>;
 #endif
     const int consumer_thread = static_cast<int>(threadIdx.x) - kProducerThreads;
     typename Kernel::TiledMmaPV tiled_mma_pv;

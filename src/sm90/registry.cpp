@@ -105,7 +105,10 @@ std::string kernel_unavailable_reason(fas_dtype dtype, int out_dtype, int head_d
 }
 
 int query_tile_rows(const Kernel& kernel) {
-    return tile_shape(kernel.dtype == FAS_DTYPE_E4M3, kernel.head_dim, kernel.causal, reads_pages(kernel.kind)).q_rows;
+    const TileFor tile = reads_pages(kernel.kind)          ? TileFor::kPaged
+                         : kernel.kind == Kind::kPacked ? TileFor::kPacked
+                                                        : TileFor::kVarlen;
+    return tile_shape(kernel.dtype == FAS_DTYPE_E4M3, kernel.head_dim, kernel.causal, tile).q_rows;
 }
 
 }  // namespace fas_sm90

@@ -30,7 +30,10 @@ namespace {
 
 // Packed plans run the non-causal kernel (its row table carries the masks).
 TileShape layout_tile(const PlanLayout& layout) {
-    return tile_shape(layout.fp8, layout.head_dim, layout.causal && !layout.packed, layout.kv_lengths != nullptr);
+    const TileFor kind = layout.packed                 ? TileFor::kPacked
+                         : layout.kv_lengths != nullptr ? TileFor::kPaged
+                                                        : TileFor::kVarlen;
+    return tile_shape(layout.fp8, layout.head_dim, layout.causal && !layout.packed, kind);
 }
 
 int query_tile_rows(const PlanLayout& layout) { return layout_tile(layout).q_rows; }
@@ -70,7 +73,7 @@ struct Pack {
 // sequence without queries lends its keys to the pack around it where they fit (they are masked
 // out), else it ends the pack. Empty if a sequence with queries fits no tile.
 std::vector<Pack> make_packs(const PlanLayout& layout) {
-    const TileShape tile = tile_shape(false, layout.head_dim, false);
+    const TileShape tile = tile_shape(false, layout.head_dim, false, TileFor::kPacked);
     std::vector<Pack> packs;
     Pack open;
     const auto close = [&] {
@@ -241,6 +244,8 @@ void fill_units(const PlanLayout& layout, const WindowUnits* windowed, TileWork*
 bool packs_pay(const PlanLayout& layout) {
     if (layout.fp8 || layout.kv_lengths != nullptr || layout.kv_starts != nullptr) return false;
     const size_t packs = make_packs(layout).size();
+    // A kernel of several CTAs an SM pays with no sequence sharing a tile (sm90/tiles.h).
+    if (tile_shape(false, layout.head_dim, false, TileFor::kPacked).ctas_per_sm > 1) return packs > 0;
     return packs > 0 && packs * 4 <= static_cast<size_t>(sequences_with_queries(layout)) * 3;
 }
 
@@ -304,7 +309,8 @@ cudaError_t schedule_create(const PlanLayout& layout, Schedule** out, std::strin
     schedule->num_units = static_cast<int>(units);
     schedule->tiles_per_unit = tiles_per_unit(layout);
     schedule->heads_inner = heads_inner(layout);
-    schedule->num_ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(layout.sm_count, units * layout.num_heads_q)));
+    const int64_t resident = static_cast<int64_t>(layout.sm_count) * layout_tile(layout).ctas_per_sm;
+    schedule->num_ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, units * layout.num_heads_q)));
     const size_t entries = static_cast<size_t>(std::max<int64_t>(1, units * schedule->tiles_per_unit));
     // Packed plans: the row table after the tiles (sm90/packed_args.h), one entry per query row.
     const size_t tiles_bytes = sizeof(TileWork) * entries;

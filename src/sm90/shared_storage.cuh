@@ -27,6 +27,9 @@ namespace fas_sm90 {
 // Largest dynamic shared memory of one SM90 block.
 constexpr std::size_t kMaxSmemBytes = 227 * 1024;
 
+// Of one of `ctas` blocks resident on an SM: its 228 KiB shared out, 1 KiB of each reserved.
+constexpr std::size_t max_smem_bytes(int ctas) { return ctas == 1 ? kMaxSmemBytes : (228 / ctas - 1) * 1024; }
+
 // barrier_O where nothing else lives in smem_o's bytes: there is nothing to wait for.
 struct NoOverlapBarrier {
     CUTLASS_DEVICE void init(uint32_t) const {}
@@ -71,11 +74,14 @@ struct SeparateOStorageFp8 {
 
 // The upstream traits with our layout where it fits; the kernel takes this as its Ktraits, the
 // collectives keep the upstream traits (they take the storage type from the kernel's call).
-template <typename Upstream, typename Separate>
+// CtasPerSm blocks share an SM (sm90/tiles.h), each within its part of the shared memory.
+template <typename Upstream, typename Separate, int CtasPerSm = 1>
 struct KernelTraits : Upstream {
-    static constexpr bool kSeparateO = sizeof(Separate) <= kMaxSmemBytes;
+    static constexpr int kCtasPerSm = CtasPerSm;
+    static constexpr bool kSeparateO = sizeof(Separate) <= max_smem_bytes(CtasPerSm);
     using SharedStorage = std::conditional_t<kSeparateO, Separate, typename Upstream::SharedStorage>;
-    static_assert(sizeof(SharedStorage) <= kMaxSmemBytes, "tile shape exceeds an SM90 block's shared memory");
+    static_assert(sizeof(SharedStorage) <= max_smem_bytes(CtasPerSm),
+                  "tile shape exceeds an SM90 block's shared memory (its share where CTAs share an SM)");
 };
 
 }  // namespace fas_sm90

@@ -7,10 +7,15 @@
 namespace fas_sm90 {
 
 struct TileShape {
-    int q_rows;   // query rows per CTA tile (64 per consumer warpgroup)
-    int kv_rows;  // keys per K/V pipeline stage
-    int stages;   // K/V pipeline depth
+    int q_rows;           // query rows per CTA tile (64 per consumer warpgroup)
+    int kv_rows;          // keys per K/V pipeline stage
+    int stages;           // K/V pipeline depth
+    int ctas_per_sm = 1;  // CTAs resident on one SM: registers and shared memory are split that way
 };
+
+// Which kernels a shape is for, beside input type, head dim and mask: varlen K/V (plain scores),
+// varlen with a softcap, packed short sequences, or a paged cache (softcap or not).
+enum class TileFor { kVarlen, kSoftcap, kPacked, kPaged };
 
 // Whether CuTe's GMMA selector has one instruction of width n (a tile's keys per stage in the QK
 // GEMM, the head dim in the PV GEMM) without its extended shapes: 8, 16, 32, 64, 96, 128, 192 and
@@ -46,7 +51,14 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // 0.869 of the 64-key kernel's time on the H200, while plain at 80 keys ran 1.01-1.04
 // (docs/design/head-dims-and-masks.md, "Logits softcap"). Query rows never differ, so the
 // planner, which reads them without knowing the score transform, agrees with every kernel.
-constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, bool paged = false, bool softcap = false) {
+//
+// Packed at head dim 96 (the vision tower's windows of at most 64 patches): 64 x 64 tiles, one
+// consumer warpgroup and three CTAs an SM, whose items overlap one another's starts and ends
+// (H200: 1.29-1.33x the 128 x 128 packed kernel on windows of 64; docs/design/sm90-shared-sm.md).
+// The other packed kernels take their varlen shape.
+constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, TileFor kind = TileFor::kVarlen) {
+    const bool paged = kind == TileFor::kPaged, softcap = kind == TileFor::kSoftcap;
+    if (kind == TileFor::kPacked && !fp8 && !causal && head_dim == 96) return {64, 64, 2, 3};
     if (paged) {
         if (head_dim == 64) return {192, 96, 2};
         if (head_dim == 128) return {128, 128, 2};

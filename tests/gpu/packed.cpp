@@ -2,8 +2,9 @@
 // masked to its own sequence's keys. Cases where a packed kernel of the dtype is built: the
 // Qwen2.5-VL vision tower's windows (head dim 80, round-up included), short causal prompts,
 // prompts over cached keys (more keys than queries, a sequence with keys and no queries), a
-// causal window, non-causal rows with fewer keys than queries, GQA 1/7/8; and a batch whose
-// sequences fill their tiles alone, which must not pack. Results follow the reference's rule.
+// causal window, non-causal rows with fewer keys than queries, GQA 1/7/8, whole 64-patch windows
+// (which pack even one to a tile on the hd96 kernel); and a batch whose sequences fill 128-row
+// tiles alone, which must not pack. Results follow the reference's rule.
 #include "gpu_test.h"
 
 #include <cstring>
@@ -55,6 +56,10 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
     if (!packed_kernel_built(dtype)) return;
     const std::vector<int> vision = quick ? image_windows(20, 28) : image_windows(60, 44);
     cases->push_back(packed_case("packed-vision-windows", dtype, 16, 16, 80, false, vision, vision, true));
+    // Whole windows only: each fills the hd96 kernel's 64-row tile alone, which packs all the same
+    // (three CTAs an SM: sm90/tiles.h); a 128-row kernel puts two in a tile.
+    const std::vector<int> whole(quick ? 6 : 40, 64);
+    cases->push_back(packed_case("packed-whole-windows", dtype, 16, 16, 80, false, whole, whole, true));
     const std::vector<int> prompts = quick ? std::vector<int>{17, 33, 64, 1, 100, 9, 3}
                                            : std::vector<int>{17, 33, 64, 100, 1, 50, 9, 120, 80, 3, 3, 3, 40, 127, 2};
     cases->push_back(packed_case("packed-prompts-causal", dtype, 16, 2, 128, true, prompts, prompts, true));
@@ -84,9 +89,12 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
                                  {20, 64, 40, 7, 1}, true));
     // Head dim 64 packs onto the smallest packed kernel at or above it (`minimal`: 96), while
     // fas_query_plan_support names the unpacked kernel (the header: PACKED PLANS).
+    // Prompts of at most 64 tokens: they fit the 64-row tiles of the hd96 packed kernel too.
     const int packed_64 = smallest_head_dim("sm90_packed", dtype, 64);
     if (packed_64 > 0) {
-        AttentionCase c = packed_case("packed-prompts-hd64", dtype, 16, 2, 64, true, prompts, prompts, true);
+        const std::vector<int> short_prompts{17, 33, 64, 1, 50, 9, 3, 40, 2};
+        AttentionCase c =
+            packed_case("packed-prompts-hd64", dtype, 16, 2, 64, true, short_prompts, short_prompts, true);
         c.expect_kernel_head_dim = packed_64;
         // The causal kernel's: a build may hold other head dims without the mask (dev libraries do).
         c.expect_query_head_dim = smallest_head_dim("sm90", dtype, 64, /*causal=*/1);
