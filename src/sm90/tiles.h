@@ -53,9 +53,10 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // planner, which reads them without knowing the score transform, agrees with every kernel.
 //
 // Packed at head dim 96 (the vision tower's windows of at most 64 patches): 64 x 64 tiles, one
-// consumer warpgroup and three CTAs an SM, whose items overlap one another's starts and ends
-// (H200: 1.29-1.33x the 128 x 128 packed kernel on windows of 64; docs/design/sm90-shared-sm.md).
-// The other packed kernels take their varlen shape.
+// consumer warpgroup and three CTAs an SM. A 64-patch window then computes its own scores, not a
+// quarter of a 128 x 128 tile's (H200: 1.29-1.34x the 128 x 128 packed kernel on such windows; the
+// varlen kernels lost 3-37% in 64-row tiles: docs/design/sm90-shared-sm.md). The other packed
+// kernels take their varlen shape.
 constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, TileFor kind = TileFor::kVarlen) {
     const bool paged = kind == TileFor::kPaged, softcap = kind == TileFor::kSoftcap;
     if (kind == TileFor::kPacked && !fp8 && !causal && head_dim == 96) return {64, 64, 2, 3};
