@@ -244,8 +244,10 @@ void fill_units(const PlanLayout& layout, const WindowUnits* windowed, TileWork*
 bool packs_pay(const PlanLayout& layout) {
     if (layout.fp8 || layout.kv_lengths != nullptr || layout.kv_starts != nullptr) return false;
     const size_t packs = make_packs(layout).size();
-    // A kernel of several CTAs an SM pays with no sequence sharing a tile (sm90/tiles.h).
-    if (tile_shape(false, layout.head_dim, false, TileFor::kPacked).ctas_per_sm > 1) return packs > 0;
+    // A packed tile of fewer rows than the varlen kernel's (hd96: 64 against 128) computes fewer
+    // scores even with one sequence a tile (sm90/tiles.h).
+    const int packed_rows = tile_shape(false, layout.head_dim, false, TileFor::kPacked).q_rows;
+    if (packed_rows < tile_shape(false, layout.head_dim, false).q_rows) return packs > 0;
     return packs > 0 && packs * 4 <= static_cast<size_t>(sequences_with_queries(layout)) * 3;
 }
 

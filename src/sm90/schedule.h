@@ -42,7 +42,8 @@ struct PlanLayout {
 
 // Whether the layout (varlen, not FP8) runs faster packed: every sequence with queries fits one
 // query tile and one key tile of the packed kernel of layout.head_dim, and the packs number at
-// most three quarters of those sequences (any number where that kernel runs several CTAs an SM).
+// most three quarters of those sequences (any number where its tiles have fewer rows than the
+// varlen kernel's).
 bool packs_pay(const PlanLayout& layout);
 
 // Empty when the SM90 kernels can run this layout, else why not (in words, for a message).

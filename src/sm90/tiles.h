@@ -58,9 +58,8 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // varlen kernels lost 3-37% in 64-row tiles: docs/design/sm90-shared-sm.md). The other packed
 // kernels take their varlen shape.
 constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, TileFor kind = TileFor::kVarlen) {
-    const bool paged = kind == TileFor::kPaged, softcap = kind == TileFor::kSoftcap;
     if (kind == TileFor::kPacked && !fp8 && !causal && head_dim == 96) return {64, 64, 2, 3};
-    if (paged) {
+    if (kind == TileFor::kPaged) {
         if (head_dim == 64) return {192, 96, 2};
         if (head_dim == 128) return {128, 128, 2};
         return {128, 64, 2};
@@ -74,7 +73,7 @@ constexpr TileShape tile_shape(bool fp8, int head_dim, bool causal, TileFor kind
     if (head_dim == 96) return TileShape{128, 128, 2};
     if (head_dim == 128) return TileShape{128, 128, 2};
     if (head_dim == 192) return causal ? TileShape{128, 80, 2} : TileShape{128, 96, 2};
-    return causal || softcap ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
+    return causal || kind == TileFor::kSoftcap ? TileShape{128, 80, 2} : TileShape{128, 64, 2};
 }
 #endif
 

@@ -57,7 +57,7 @@ void add_packed_cases(fas_dtype dtype, bool quick, std::vector<AttentionCase>* c
     const std::vector<int> vision = quick ? image_windows(20, 28) : image_windows(60, 44);
     cases->push_back(packed_case("packed-vision-windows", dtype, 16, 16, 80, false, vision, vision, true));
     // Whole windows only: each fills the hd96 kernel's 64-row tile alone, which packs all the same
-    // (three CTAs an SM: sm90/tiles.h); a 128-row kernel puts two in a tile.
+    // (fewer rows than the varlen kernel's 128: sm90/tiles.h); a 128-row kernel puts two in a tile.
     const std::vector<int> whole(quick ? 6 : 40, 64);
     cases->push_back(packed_case("packed-whole-windows", dtype, 16, 16, 80, false, whole, whole, true));
     const std::vector<int> prompts = quick ? std::vector<int>{17, 33, 64, 1, 100, 9, 3}
