@@ -3,7 +3,8 @@
 // measured faster on the H200, each against the kernels without it (docs/design/sm90-mainloop-plan.md,
 // "Step 2 measured", holds the numbers). exp2 on the FMA pipe pays where softcap's tanh and exp2
 // fill the XU pipe: every 4th column at 16-bit hd128, every 8th for FP8 and at hd256
-// (head-dims-and-masks.md, "Softcap's share on the FMA pipe"); and every 4th in the packed 16-bit
+// (head-dims-and-masks.md, "Softcap's share on the FMA pipe"), except the 16-bit paged hd256 softcap
+// kernel since its 64-key stage (none there: 3-7% faster than every 8th); and every 4th in the packed 16-bit
 // hd96 kernels (vision windows, 3-5%; the packed hd128 kernels measured even, others not measured;
 // sm90-epilogue-overlap.md); skipping O's rescale only where O is widest (16-bit head dim 256);
 // folding FP8's P scale only at head dim 256; holding the PV wait only in the 16-bit hd256 softcap
@@ -29,7 +30,8 @@ struct SoftmaxChoice {
 };
 
 constexpr SoftmaxChoice softmax_choice(bool fp8, int head_dim, bool softcap, bool packed = false, bool paged = false) {
-    const int poly_every = softcap ? (fp8 || head_dim >= 256 ? 8 : 4) : packed && !fp8 && head_dim == 96 ? 4 : 0;
+    const int softcap_every = paged && !fp8 && head_dim >= 256 ? 0 : fp8 || head_dim >= 256 ? 8 : 4;
+    const int poly_every = softcap ? softcap_every : packed && !fp8 && head_dim == 96 ? 4 : 0;
     SoftmaxChoice choice{poly_every, !fp8 && head_dim >= 256 ? 8 : 0, fp8 && head_dim >= 256,
                          softcap && !fp8 && head_dim >= 256 && !paged};
 #if defined(FAS_SM90_POLY_EXP2_EVERY)
