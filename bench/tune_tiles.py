@@ -87,7 +87,7 @@ TABLES = {
     # 256 keys a tile: the per-tile softmax work (row maxima, O rescale, barriers) over a third more keys.
     "f4": {(True, 96, False): (128, 256, 2), (True, 96, True): (128, 256, 2)},
     # 16-bit hd128 with wider key tiles (build --softcap): softcap's per-tile work (row maxima, O rescale,
-    # barriers) over more keys; docs/design/head-dims-and-masks.md, "Logits softcap".
+    # barriers) over more keys; docs/design/softcap.md.
     "s1": {(False, 128, False): (128, 160, 2), (False, 128, True): (128, 160, 2)},
     "s2": {(False, 128, False): (128, 176, 2), (False, 128, True): (128, 176, 2)},
     "s3": {(False, 128, False): (128, 192, 2), (False, 128, True): (128, 192, 2)},

@@ -3,15 +3,14 @@
 // measured faster on the H200, each against the kernels without it (docs/design/sm90-mainloop-plan.md,
 // "Step 2 measured", holds the numbers). exp2 on the FMA pipe pays where softcap's tanh and exp2
 // fill the XU pipe: every 4th column at 16-bit hd128, every 8th for FP8 and at hd256
-// (head-dims-and-masks.md, "Softcap's share on the FMA pipe"), except the 16-bit paged hd256 softcap
+// (softcap.md, "Softcap's share on the FMA pipe"), except the 16-bit paged hd256 softcap
 // kernel since its 64-key stage (none there: 3-7% faster than every 8th); and every 4th in the packed 16-bit
 // hd96 kernels (vision windows, 3-5%; the packed hd128 kernels measured even, others not measured;
 // sm90-epilogue-overlap.md); skipping O's rescale only where O is widest (16-bit head dim 256);
 // folding FP8's P scale only at head dim 256; holding the PV wait only in the 16-bit hd256 softcap
 // varlen kernels (since 2104cd8 ptxas put fewer of their exponentials beside PV: causal 10% slower,
 // restored by the hold, non-causal 4% faster in the release build; the paged one gains with nvcc
-// 13.0 but not from the release toolchain, and the FP8 softcap ones lose 9-12%; head-dims-and-masks.md,
-// "Logits softcap").
+// 13.0 but not from the release toolchain, and the FP8 softcap ones lose 9-12%; softcap.md).
 // A FAS_SM90_POLY_EXP2_EVERY, FAS_SM90_LAZY_RESCALE_LOG2, FAS_SM90_FP8_FOLD_P_SCALE or
 // FAS_SM90_HOLD_PV_WAIT flag, where defined, sets its switch in every kernel instead (variant
 // builds: scripts/gpu_variants.sh), except where the math forbids it: FP8 kernels never rescale

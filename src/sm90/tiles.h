@@ -49,7 +49,7 @@ constexpr bool gmma_width_without_extended_shapes(int n) {
 // Softcap (the varlen 16-bit softcap kernels): the plain kernel's shape, except at head dim 256
 // non-causal, where 80 keys (the causal kernel's) spread softcap's per-tile work over more keys:
 // 0.869 of the 64-key kernel's time on the H200, while plain at 80 keys ran 1.01-1.04
-// (docs/design/head-dims-and-masks.md, "Logits softcap"). Query rows never differ, so the
+// (docs/design/softcap.md). Query rows never differ, so the
 // planner, which reads them without knowing the score transform, agrees with every kernel.
 //
 // Packed at head dim 96 (the vision tower's windows of at most 64 patches): 64 x 64 tiles, one
