@@ -4,7 +4,8 @@
 // "Step 2 measured", holds the numbers). exp2 on the FMA pipe pays where softcap's tanh and exp2
 // fill the XU pipe: every 4th column at 16-bit hd128, every 8th for FP8 and at hd256
 // (softcap.md, "Softcap's share on the FMA pipe"), except the 16-bit paged hd256 softcap
-// kernel since its 64-key stage (none there: 3-7% faster than every 8th); and every 4th in the packed 16-bit
+// kernel since its 64-key stage (none there: 1-8% faster than every 8th with nvcc 13.0, even within the spread
+// between calls from the release toolchain); and every 4th in the packed 16-bit
 // hd96 kernels (vision windows, 3-5%; the packed hd128 kernels measured even, others not measured;
 // sm90-epilogue-overlap.md); skipping O's rescale only where O is widest (16-bit head dim 256);
 // folding FP8's P scale only at head dim 256; holding the PV wait only in the 16-bit hd256 softcap
