@@ -30,7 +30,7 @@ struct SoftmaxChoice {
 };
 
 constexpr SoftmaxChoice softmax_choice(bool fp8, int head_dim, bool softcap, bool packed = false, bool paged = false) {
-    const int softcap_every = paged && !fp8 && head_dim >= 256 ? 0 : fp8 || head_dim >= 256 ? 8 : 4;
+    const int softcap_every = (paged && !fp8 && head_dim >= 256) ? 0 : (fp8 || head_dim >= 256) ? 8 : 4;
     const int poly_every = softcap ? softcap_every : packed && !fp8 && head_dim == 96 ? 4 : 0;
     SoftmaxChoice choice{poly_every, !fp8 && head_dim >= 256 ? 8 : 0, fp8 && head_dim >= 256,
                          softcap && !fp8 && head_dim >= 256 && !paged};
