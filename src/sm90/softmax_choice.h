@@ -29,11 +29,18 @@ struct SoftmaxChoice {
     bool hold_pv_wait;      // keep the PV GEMM's wait behind the softmax update
 };
 
+// Every how many columns an exponential goes through exp2_fma, by kernel (the header's first lines).
+constexpr int poly_exp2_every(bool fp8, int head_dim, bool softcap, bool packed, bool paged) {
+    if (!softcap) return packed && !fp8 && head_dim == 96 ? 4 : 0;
+    if (fp8) return 8;
+    if (head_dim < 256) return 4;
+    return paged ? 0 : 8;  // 16-bit hd256: the paged kernel's 64-key stage measured fastest with none
+}
+
 constexpr SoftmaxChoice softmax_choice(bool fp8, int head_dim, bool softcap, bool packed = false, bool paged = false) {
-    const int softcap_every = (paged && !fp8 && head_dim >= 256) ? 0 : (fp8 || head_dim >= 256) ? 8 : 4;
-    const int poly_every = softcap ? softcap_every : packed && !fp8 && head_dim == 96 ? 4 : 0;
-    SoftmaxChoice choice{poly_every, !fp8 && head_dim >= 256 ? 8 : 0, fp8 && head_dim >= 256,
-                         softcap && !fp8 && head_dim >= 256 && !paged};
+    const bool wide16 = !fp8 && head_dim >= 256;  // 16-bit hd256: O is widest, softcap's XU share smallest
+    SoftmaxChoice choice{poly_exp2_every(fp8, head_dim, softcap, packed, paged), wide16 ? 8 : 0,
+                         fp8 && head_dim >= 256, softcap && wide16 && !paged};
 #if defined(FAS_SM90_POLY_EXP2_EVERY)
     choice.poly_exp2_every = FAS_SM90_POLY_EXP2_EVERY;
 #endif
